@@ -1,0 +1,97 @@
+"""The embedded decision model: an encoder plus the shipped heads, no network.
+
+Question ids it answers (the id before the first `.` names the head):
+
+- `genre`, `keep_topic`: `state["message"]`;
+- `keep_exchange`: `state["exchange"]`;
+- `note_answers.<i>` / `passage_answers.<i>`: `state["message"]` against `state["notes"][i]`
+  or `state["passages"][i]` (each a string or a mapping with a `text`).
+
+`Request.local` may carry precomputed vectors so that nothing stored is embedded at query
+time: `query_vector` (d,), `note_vectors` / `passage_vectors` (n, d) aligned with the state's
+lists, and `note_background` / `passage_background` (the median cosine of the message over
+the whole tier). Missing vectors are computed; a missing background defaults to the mean of
+the item cosines in the request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Answer, Request, UnsupportedQuestion
+from .encoders import Encoder, load_encoder
+from .features import content_tokens, pair_features
+from .heads import LogisticHead, SoftmaxHead, load_heads
+
+_TEXT_KEYS = {"genre": "message", "keep_topic": "message", "keep_exchange": "exchange"}
+_ITEM_KEYS = {"note_answers": "notes", "passage_answers": "passages"}
+
+
+def _item_text(item: Any) -> str:
+    return item if isinstance(item, str) else str(item.get("text", ""))
+
+
+class EmbeddedChoiceModel:
+    """`ChoiceModel` over an `Encoder` and its trained heads (see `heads.py`)."""
+
+    def __init__(self, encoder: Encoder | None = None) -> None:
+        self.encoder = encoder or load_encoder()
+        self.heads = load_heads(self.encoder.name)
+        self.name = f"embedded:{self.encoder.name}"
+
+    def decide(self, request: Request) -> dict[str, Answer]:
+        state, local = request.state, request.local
+        vectors: dict[str, np.ndarray] = {}  # query vectors by text, for this request
+        if "query_vector" in local:
+            vectors[str(state["message"])] = local["query_vector"]
+        answers: dict[str, Answer] = {}
+        for qid, question in request.questions.items():
+            head_name, _, index = qid.partition(".")
+            head = self.heads.get(head_name)
+            if head is None:
+                raise UnsupportedQuestion(qid)
+            if isinstance(head, SoftmaxHead):
+                text = str(state[_TEXT_KEYS[head_name]])
+                answers[qid] = Answer(question.type, head.probabilities(self._query(text, vectors), text))
+            else:
+                p = self._relevance(head, _ITEM_KEYS[head_name], int(index), state, local, vectors)
+                answers[qid] = Answer("noul", {"true": p, "false": 1.0 - p})
+        return answers
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The query vector of a message, (d,) float32."""
+        return self.encoder.query([text])[0]
+
+    def _query(self, text: str, vectors: dict[str, np.ndarray]) -> np.ndarray:
+        if text not in vectors:
+            vectors[text] = self.embed_query(text)
+        return vectors[text]
+
+    def _relevance(
+        self,
+        head: LogisticHead,
+        tier: str,
+        i: int,
+        state: Any,
+        local: Any,
+        vectors: dict[str, np.ndarray],
+    ) -> float:
+        message = str(state["message"])
+        items = state[tier]
+        q = self._query(message, vectors)
+        item_vectors = local.get(f"{tier[:-1]}_vectors")
+        if item_vectors is None:
+            key = f"{tier}:vectors"
+            if key not in vectors:
+                vectors[key] = self.encoder.passage([_item_text(x) for x in items])
+            item_vectors = vectors[key]
+        cos = item_vectors @ q
+        background = local.get(f"{tier[:-1]}_background")
+        if background is None:
+            background = float(np.mean(cos))
+        feats = pair_features(
+            float(cos[i]), float(background), content_tokens(message), content_tokens(_item_text(items[i]))
+        )
+        return head.probability(feats)

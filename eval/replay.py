@@ -1,0 +1,223 @@
+"""Replay test conversations through the recall pipelines and score them (FORMAT.md).
+
+Each conversation gets fresh stores in a temp folder: its notes go into a `NoteStore`
+through the same write path as `memsift notes add` (so supersession is linked when they are
+written), its passages into the embedded passage backend. Turns are replayed in order with
+the previous turns as context and a per-session ledger, exactly as the hook would see them.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from ..backends import Passage
+from ..backends.sqlite import SQLiteBackend
+from ..config import Settings
+from ..ledger import Ledger
+from ..notes import Note, NoteStore
+from ..recall import OriginRecaller, Recaller
+from ..transcript import Turn
+
+Genre = Literal[
+    "reaction", "finished_work_action", "complete_instruction", "general_knowledge",
+    "conversation_question", "new_decision", "past_choice", "resume_work",
+    "recurring_problem", "existing_code_task", "past_exchange",
+]
+
+
+class ConversationNote(BaseModel):
+    id: str
+    date: str
+    kind: Literal["decision", "constraint", "incident", "convention", "context"]
+    text: str
+
+
+class ConversationPassage(BaseModel):
+    id: str
+    date: str
+    text: str
+
+
+class ConversationTurn(BaseModel):
+    n: int
+    user: str
+    assistant: str
+    genre: Genre
+    needs_recall: bool
+    expected: list[str]
+    why: str = ""
+
+
+class Conversation(BaseModel):
+    """A test conversation (`memsift-conversation/1`, see `eval/FORMAT.md`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: Literal["memsift-conversation/1"]
+    id: str
+    language: str
+    title: str
+    notes: list[ConversationNote]
+    passages: list[ConversationPassage]
+    turns: list[ConversationTurn]
+
+    @model_validator(mode="after")
+    def _ids_known(self) -> "Conversation":
+        ids = {n.id for n in self.notes} | {p.id for p in self.passages}
+        for t in self.turns:
+            unknown = set(t.expected) - ids
+            if unknown:
+                raise ValueError(f"turn {t.n}: unknown expected ids {sorted(unknown)}")
+        return self
+
+
+class ConversationError(ValueError):
+    """A conversation file cannot be read; the message names the file and the problem."""
+
+
+def load_conversation(path: Path) -> Conversation:
+    """Read and validate one conversation file. Raises `ConversationError`."""
+    try:
+        return Conversation.model_validate_json(Path(path).read_bytes())
+    except (OSError, ValidationError) as exc:
+        raise ConversationError(f"{path}: {exc}") from None
+
+
+def conversation_paths(paths: list[str]) -> list[Path]:
+    """Expand folders to their `*.json` files, sorted."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        out += sorted(p.glob("*.json")) if p.is_dir() else [p]
+    return out
+
+
+@dataclass
+class Figures:
+    """FORMAT.md's figures for one conversation or a sum of them."""
+
+    name: str
+    turns: int = 0
+    pasted: int = 0
+    chars: int = 0
+    quiet: int = 0
+    pasted_for_nothing: int = 0
+    recall_turns: int = 0
+    found: int = 0
+    wrong: int = 0
+    genre_known: int = 0
+    genre_right: int = 0
+    ms: list[float] = field(default_factory=list)
+
+    def add(self, other: "Figures") -> None:
+        for key in ("turns", "pasted", "chars", "quiet", "pasted_for_nothing", "recall_turns",
+                    "found", "wrong", "genre_known", "genre_right"):
+            setattr(self, key, getattr(self, key) + getattr(other, key))
+        self.ms += other.ms
+
+    def row(self) -> str:
+        ms = np.array(self.ms or [0.0])
+        genre = f"{self.genre_right}/{self.genre_known}" if self.genre_known else "-"
+        return (
+            f"{self.name:<24} pasted {self.pasted:>3}/{self.turns:<3} chars {self.chars:>7,} "
+            f"nothing-needed {self.pasted_for_nothing:>3}/{self.quiet:<3} found {self.found:>2}/{self.recall_turns:<2} "
+            f"wrong {self.wrong:>2}  genre {genre:>7}  ms mean {ms.mean():6.1f} p50 {np.percentile(ms, 50):6.1f} "
+            f"p95 {np.percentile(ms, 95):6.1f} max {ms.max():7.1f}"
+        )
+
+
+def score(conv: Conversation, lines: list[dict], name: str) -> Figures:
+    """Figures of one replay (its JSONL lines) against the conversation's labels."""
+    f = Figures(name)
+    for turn, line in zip(conv.turns, lines):
+        ids = {i["id"] for i in line["injected"]}
+        f.turns += 1
+        f.pasted += bool(ids)
+        f.chars += line["chars"]
+        f.ms.append(line["ms"])
+        if line["genre"] is not None:
+            f.genre_known += 1
+            f.genre_right += line["genre"] == turn.genre
+        if turn.needs_recall:
+            f.recall_turns += 1
+            f.found += bool(ids & set(turn.expected))
+            f.wrong += bool(ids) and not (ids & set(turn.expected))
+        else:
+            f.quiet += 1
+            f.pasted_for_nothing += bool(ids)
+    return f
+
+
+def replay(
+    conv: Conversation,
+    pipelines: list[str],
+    model,
+    encoder,
+    settings: Settings | None = None,
+    progress: bool = True,
+) -> dict[str, list[dict]]:
+    """Replay one conversation through each named pipeline (`memsift`, `origin`).
+
+    Returns the FORMAT.md replay lines per pipeline.
+    """
+    from tqdm import tqdm
+
+    out: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix=f"memsift-eval-{conv.id}-") as tmp:
+        notes = NoteStore(Path(tmp) / "notes", conv.id, encoder=encoder)
+        notes.add([Note(n.id, n.date, n.kind, n.text) for n in sorted(conv.notes, key=lambda n: n.date)])
+        backend = SQLiteBackend(Path(tmp) / "passages.sqlite", encoder)
+        backend.add([Passage(p.id, p.date, p.text) for p in conv.passages])
+        for name in pipelines:
+            if name == "memsift":
+                recaller = Recaller(model, encoder, notes, backend, settings)
+            elif name == "origin":
+                recaller = OriginRecaller(encoder, notes, backend)
+            else:
+                raise ValueError(f"unknown pipeline {name!r}: use memsift or origin")
+            ledger = Ledger(":memory:")
+            lines, previous = [], []
+            for turn in tqdm(conv.turns, desc=f"{conv.id} {name}", disable=not progress, leave=False):
+                result = recaller.recall(turn.user, previous, ledger.pasted(conv.id))
+                ledger.record(conv.id, [i.id for i in result.items])
+                lines.append({
+                    "conversation": conv.id, "n": turn.n, "genre": result.genre,
+                    "injected": result.item_chars(), "chars": len(result.text), "ms": round(result.ms, 1),
+                    "pipeline": name, "trace": result.trace,
+                })
+                previous.append(Turn(turn.user, turn.assistant))
+            ledger.close()
+            out[name] = lines
+        backend.close()
+    return out
+
+
+def run_eval(paths: list[str], pipelines: list[str], replay_file: IO[str] | None, out: IO[str]) -> dict[str, Figures]:
+    """`memsift eval`: replay and score every conversation, print the table, return the totals."""
+    from ..classifiers.embedded import EmbeddedChoiceModel
+
+    model = EmbeddedChoiceModel()
+    encoder = model.encoder
+    print(f"memsift eval: decision model {model.name}", file=out)
+    totals = {name: Figures(f"TOTAL {name}") for name in pipelines}
+    rows: list[str] = []
+    for path in conversation_paths(paths):
+        conv = load_conversation(path)
+        lines = replay(conv, pipelines, model, encoder)
+        for name in pipelines:
+            figures = score(conv, lines[name], f"{conv.id} {name}")
+            totals[name].add(figures)
+            rows.append(figures.row())
+            print(figures.row(), file=out, flush=True)
+            if replay_file is not None:
+                for line in lines[name]:
+                    replay_file.write(json.dumps(line, ensure_ascii=False) + "\n")
+    for name in pipelines:
+        print(totals[name].row(), file=out)
+    return totals

@@ -1,0 +1,123 @@
+"""The `memsift` command: `hook`, `eval`, `recall`, `notes`.
+
+Heavy modules are imported inside each command, so `memsift hook` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+
+
+def _hook(args: argparse.Namespace) -> int:
+    from .hook import run
+
+    return run(args.event)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .eval.replay import ConversationError, run_eval
+
+    pipelines = ["memsift", "origin"] if args.pipeline == "both" else [args.pipeline]
+    replay_file = open(args.replay, "w", encoding="utf-8") if args.replay else None
+    try:
+        run_eval(args.paths, pipelines, replay_file, sys.stdout)
+    except ConversationError as exc:
+        print(f"memsift eval: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if replay_file is not None:
+            replay_file.close()
+    return 0
+
+
+def _store(project: str):
+    from .config import project_dir, project_root
+    from .notes import NoteStore
+
+    root = project_root(project)
+    return NoteStore(project_dir(root), root.name)
+
+
+def _notes_add(args: argparse.Namespace) -> int:
+    from .notes import Note, NotesFormatError
+
+    try:
+        (note,) = _store(args.project).add([Note("", args.date, args.kind, args.text)])
+    except (NotesFormatError, ValueError) as exc:
+        print(f"memsift notes add: {exc}", file=sys.stderr)
+        return 1
+    print(f"{note.id} · {note.date} · {note.kind}")
+    return 0
+
+
+def _notes_list(args: argparse.Namespace) -> int:
+    from .notes import NotesFormatError
+
+    store = _store(args.project)
+    try:
+        notes = store.notes()
+    except NotesFormatError as exc:
+        print(f"memsift notes list: {exc}", file=sys.stderr)
+        return 1
+    print(f"# {store.markdown}")
+    for n in notes:
+        status = f" (superseded by {n.superseded_by})" if n.superseded_by else ""
+        print(f"{n.id} · {n.date} · {n.kind}{status}: {n.text}")
+    return 0
+
+
+def _recall(args: argparse.Namespace) -> int:
+    from .classifiers.embedded import EmbeddedChoiceModel
+    from .recall import Recaller
+
+    model = EmbeddedChoiceModel()
+    store = _store(args.project)
+    store._encoder = model.encoder
+    result = Recaller(model, model.encoder, store, None).recall(args.message)
+    print(json.dumps({"genre": result.genre, "pasted": [i.id for i in result.items], "ms": round(result.ms, 1),
+                      "trace": result.trace}, ensure_ascii=False, indent=1))
+    if result.text:
+        print(result.text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memsift", description="Memory for coding agents that decides before it searches.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("hook", help="run a host hook (reads the host's JSON on stdin; always exits 0)")
+    p.add_argument("event", help="user-prompt-submit")
+    p.set_defaults(func=_hook)
+
+    p = sub.add_parser("eval", help="replay test conversations and print the figures of eval/FORMAT.md")
+    p.add_argument("paths", nargs="+", help="conversation files or folders of them")
+    p.add_argument("--replay", metavar="FILE", help="write the per-turn JSONL replay here")
+    p.add_argument("--pipeline", choices=["memsift", "origin", "both"], default="both",
+                   help="memsift's cascade, the origin baseline (top 5 on every message), or both (default)")
+    p.set_defaults(func=_eval)
+
+    p = sub.add_parser("recall", help="run the cascade on one message and print its trace")
+    p.add_argument("message")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_recall)
+
+    notes = sub.add_parser("notes", help="the project's local notes").add_subparsers(dest="notes_command", required=True)
+    p = notes.add_parser("add", help="add a note (the notes it replaces are marked superseded)")
+    p.add_argument("text")
+    p.add_argument("--kind", required=True, choices=["decision", "constraint", "incident", "convention", "context"])
+    p.add_argument("--date", default=dt.date.today().isoformat(), help="YYYY-MM-DD (default: today)")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_add)
+    p = notes.add_parser("list", help="print the notes")
+    p.add_argument("--project", default=os.getcwd())
+    p.set_defaults(func=_notes_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,68 @@
+"""Where memsift keeps its state, which project a folder belongs to, and the tunable numbers."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def memsift_home() -> Path:
+    """`MEMSIFT_HOME`, else `~/.memsift`. Not created here."""
+    env = os.environ.get("MEMSIFT_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".memsift"
+
+
+def project_root(cwd: str | os.PathLike[str]) -> Path:
+    """The git root above `cwd` (a folder holding `.git`, dir or file), else `cwd` itself.
+
+    Walks the parents instead of running `git`, so it costs microseconds on the hook path.
+    """
+    start = Path(cwd).expanduser().resolve()
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return start
+
+
+def project_dir(root: Path, home: Path | None = None) -> Path:
+    """The folder holding one project's notes and index: `<home>/projects/<name>-<hash8>`."""
+    digest = hashlib.sha1(str(root).encode("utf-8")).hexdigest()[:8]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", root.name or "root").strip("-") or "root"
+    return (home or memsift_home()) / "projects" / f"{name}-{digest}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The cascade's numbers. Defaults are the shipped operating point.
+
+    Probabilities come from the embedded heads (see `memsift.classifiers.heads`); their
+    thresholds were set on the training set in `training/`, never on the eval conversations
+    (see `training/README.md`).
+    """
+
+    #: Genre step budget in seconds (the design's 2 s).
+    decision_budget_s: float = 2.0
+    #: Passage-backend budget in seconds (the design's 12 s).
+    backend_budget_s: float = 12.0
+    #: Look things up when the lookup genres' probabilities sum to at least this.
+    lookup_p: float = 0.5
+    #: Notes judged per message, taken from the top of retrieval.
+    note_shortlist: int = 5
+    #: P(answers) a note needs to be pasted.
+    note_threshold: float = 0.5
+    #: P(none) above which the topic is not worth a passage search.
+    topic_none_p: float = 0.7
+    #: Passages judged per message and the most pasted.
+    passage_shortlist: int = 5
+    max_passages: int = 1
+    #: P(answers) a passage needs to be pasted.
+    passage_threshold: float = 0.5
+    #: Share of an item's content words already in the conversation that counts as "already said".
+    already_said: float = 0.75
+    #: Previous turns read from the transcript for the "already said" check.
+    context_turns: int = 12
+    #: Hard cap on pasted characters per message (the host allows 10,000).
+    max_chars: int = 1500

@@ -1,0 +1,127 @@
+"""Host hooks. `user_prompt_submit` is Claude Code's `UserPromptSubmit`.
+
+The contract (research note `hosts.md`, sections B2-B5 and F): the host writes one JSON
+object on stdin (`session_id`, `transcript_path`, `cwd`, `prompt`, ...); the hook prints
+nothing, or `{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+"additionalContext": "..."}}`. Exit 2 would erase the user's prompt, so every path exits 0:
+bad input, an empty prompt, a missing model, any exception. The reason goes to
+`<memsift home>/logs/hook.log`.
+
+stdin is read as bytes and decoded as UTF-8 (never the locale's code page), and stdout is
+written as ASCII-escaped JSON bytes, so no console encoding can break either side.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import memsift_home, project_dir, project_root
+
+log = logging.getLogger("memsift")
+
+#: Characters of a prompt that recall reads; a pasted 2 MB image or log gains nothing beyond.
+MAX_PROMPT_CHARS = 8000
+
+
+class HookInputError(ValueError):
+    """The host's JSON is missing a field the hook needs, or is not JSON."""
+
+
+def setup_logging(home: Path) -> None:
+    """Log to `<home>/logs/hook.log` (created if needed), never to stdout or stderr."""
+    folder = home / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(folder / "hook.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def parse_input(raw: bytes) -> dict[str, Any]:
+    """The hook payload as a dict. Raises `HookInputError` with the reason."""
+    try:
+        payload = json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        raise HookInputError(f"stdin is not JSON ({exc}); {len(raw)} bytes") from None
+    if not isinstance(payload, dict):
+        raise HookInputError(f"stdin is JSON {type(payload).__name__}, not an object")
+    for key in ("prompt", "cwd"):
+        if not isinstance(payload.get(key), str):
+            raise HookInputError(f"field {key!r} missing or not a string")
+    return payload
+
+
+def user_prompt_submit(payload: dict[str, Any], home: Path) -> str | None:
+    """Run recall for one prompt; the additionalContext to inject, or None."""
+    prompt = payload["prompt"][:MAX_PROMPT_CHARS]
+    session = str(payload.get("session_id") or "unknown")
+    if not prompt.strip():
+        log.info("session %s: empty prompt, nothing to do", session)
+        return None
+    root = project_root(payload["cwd"])
+    folder = project_dir(root, home)
+    if not (folder / "notes.md").exists() and not (folder / "passages.sqlite").exists():
+        log.info("session %s: no memory yet for %s, nothing to do", session, root)
+        return None
+
+    from .backends.sqlite import SQLiteBackend
+    from .classifiers.embedded import EmbeddedChoiceModel
+    from .config import Settings
+    from .ledger import Ledger
+    from .notes import NoteStore
+    from .recall import Recaller
+    from .transcript import read_transcript
+
+    settings = Settings()
+    model = EmbeddedChoiceModel()
+    notes = NoteStore(folder, root.name, encoder=model.encoder)
+    backend = SQLiteBackend(folder / "passages.sqlite", model.encoder) if (folder / "passages.sqlite").exists() else None
+    previous, seen = read_transcript(payload.get("transcript_path") or "", settings.context_turns)
+    ledger = Ledger(home / "ledger.sqlite")
+    try:
+        result = Recaller(model, model.encoder, notes, backend, settings).recall(
+            prompt, previous, ledger.pasted(session) | seen
+        )
+        if result.items:
+            ledger.record(session, [i.id for i in result.items])
+    finally:
+        ledger.close()
+        if backend is not None:
+            backend.close()
+    log.info(
+        "session %s: genre %s, pasted %s (%d chars) in %.0f ms; trace %s",
+        session, result.genre, [i.id for i in result.items], len(result.text), result.ms,
+        json.dumps(result.trace, ensure_ascii=False),
+    )
+    return result.text or None
+
+
+def run(event: str, stdin: bytes | None = None) -> int:
+    """Entry point of `memsift hook <event>`: always returns 0."""
+    start = time.perf_counter()
+    home = memsift_home()
+    try:
+        setup_logging(home)
+    except OSError:
+        logging.disable(logging.CRITICAL)  # an unwritable home must not break the agent
+    try:
+        raw = sys.stdin.buffer.read() if stdin is None else stdin
+        if event != "user-prompt-submit":
+            raise HookInputError(f"unknown hook event {event!r}")
+        context = user_prompt_submit(parse_input(raw), home)
+        if context:
+            out = {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": context}}
+            sys.stdout.buffer.write(json.dumps(out, ensure_ascii=True).encode("ascii"))
+            sys.stdout.buffer.flush()
+    except HookInputError as exc:
+        log.warning("bad hook input: %s", exc)
+    except Exception:
+        log.exception("hook %s failed; nothing pasted", event)
+    log.info("hook %s done in %.0f ms", event, (time.perf_counter() - start) * 1000)
+    return 0

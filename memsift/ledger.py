@@ -1,0 +1,41 @@
+"""The per-session ledger: which items memsift already pasted, so none is pasted twice.
+
+One SQLite file under the memsift home (WAL, 10 s busy timeout), keyed by session id, so
+several sessions and parallel hooks can write at once. The eval replay uses `:memory:`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+
+class Ledger:
+    """Pasted item ids per session id."""
+
+    def __init__(self, path: Path | str) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), timeout=10.0)
+        self.db.executescript(
+            """
+            PRAGMA journal_mode = WAL;
+            CREATE TABLE IF NOT EXISTS pasted (session TEXT, item TEXT, at REAL,
+                PRIMARY KEY (session, item));
+            """
+        )
+
+    def pasted(self, session: str) -> set[str]:
+        """Ids pasted so far in `session`."""
+        return {r[0] for r in self.db.execute("SELECT item FROM pasted WHERE session = ?", (session,))}
+
+    def record(self, session: str, items: list[str]) -> None:
+        """Remember that `items` were pasted in `session`."""
+        with self.db:
+            self.db.executemany(
+                "INSERT OR IGNORE INTO pasted VALUES (?, ?, ?)", [(session, i, time.time()) for i in items]
+            )
+
+    def close(self) -> None:
+        self.db.close()

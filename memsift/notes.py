@@ -1,0 +1,313 @@
+"""A project's local notes: a Markdown file the user can edit, and a SQLite index beside it.
+
+Layout of `<project dir>/notes.md` (one section per note; everything else is ignored)::
+
+    # memsift notes: shop
+
+    ## N07 · 2026-08-14 · decision
+    Payments: Mollie chosen over Stripe because ...
+
+    ## N03 · 2026-06-02 · decision · superseded by N07
+    Payments go through Stripe ...
+
+`index.sqlite` holds each active note's embedding (computed when the note is written) and
+an FTS5 table for BM25. It is rebuilt whenever the Markdown's hash changes, into a temp
+file swapped in with `os.replace`, so readers never see a half-written index.
+
+Every write takes `notes.lock` (a `filelock` lock, safe across processes and platforms),
+re-reads the Markdown under the lock and replaces it atomically: several sessions adding
+notes at once never lose or corrupt one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import sqlite3
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .classifiers.encoders import Encoder
+
+log = logging.getLogger("memsift")
+
+KINDS = ("decision", "constraint", "incident", "convention", "context")
+_HEADER = re.compile(
+    r"^## +(?P<id>[A-Za-z0-9][\w.-]*) +· +(?P<date>\d{4}-\d{2}-\d{2}) +· +(?P<kind>\w+)"
+    r"(?: +· +superseded by +(?P<by>[A-Za-z0-9][\w.-]*))? *$"
+)
+LOCK_TIMEOUT_S = 30.0
+
+
+class NotesFormatError(ValueError):
+    """The notes Markdown cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """One note. `superseded_by` is the id of the newer note that replaces it, if any."""
+
+    id: str
+    date: str
+    kind: str
+    text: str
+    superseded_by: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.superseded_by is None
+
+
+def parse_markdown(text: str, source: str = "notes.md") -> list[Note]:
+    """Read the notes of a Markdown file. Raises `NotesFormatError` on a bad note header."""
+    notes: list[Note] = []
+    current: dict | None = None
+    body: list[str] = []
+
+    def close() -> None:
+        if current is not None:
+            notes.append(Note(text="\n".join(body).strip(), **current))
+
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.startswith("## "):
+            close()
+            m = _HEADER.match(line.rstrip())
+            if not m:
+                raise NotesFormatError(
+                    f"{source}:{lineno}: expected '## <id> · <YYYY-MM-DD> · <kind>', got {line!r}"
+                )
+            if m["kind"] not in KINDS:
+                raise NotesFormatError(f"{source}:{lineno}: kind {m['kind']!r} is not one of {', '.join(KINDS)}")
+            current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"]}, []
+        elif current is not None:
+            body.append(line)
+    close()
+    seen: set[str] = set()
+    for note in notes:
+        if note.id in seen:
+            raise NotesFormatError(f"{source}: note id {note.id} appears twice")
+        seen.add(note.id)
+    return notes
+
+
+def render_markdown(title: str, notes: Iterable[Note]) -> str:
+    """The Markdown file for `notes`, in the order given."""
+    out = [
+        f"# memsift notes: {title}",
+        "",
+        "<!-- One section per note. Edit the text freely; keep each header line's shape:",
+        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · superseded by <id>] -->",
+    ]
+    for n in notes:
+        head = f"## {n.id} · {n.date} · {n.kind}"
+        if n.superseded_by:
+            head += f" · superseded by {n.superseded_by}"
+        out += ["", head, n.text.strip()]
+    return "\n".join(out) + "\n"
+
+
+def atomic_write(path: Path, data: str) -> None:
+    """Write `data` (UTF-8) to `path` through a temp file, fsync and `os.replace`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class NoteHits:
+    """Retrieval result: candidate notes best first, their cosines, and the tier's median cosine."""
+
+    notes: list[Note]
+    cosines: list[float]
+    vectors: np.ndarray
+    background: float
+
+
+class NoteStore:
+    """The notes of one project, in `folder` (see the module docstring for the files).
+
+    `encoder` embeds notes when they are written; it is only loaded when needed.
+    """
+
+    def __init__(self, folder: Path, title: str = "project", encoder: Encoder | None = None) -> None:
+        self.folder = Path(folder)
+        self.title = title
+        self.markdown = self.folder / "notes.md"
+        self.index_path = self.folder / "index.sqlite"
+        self._encoder = encoder
+
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            from .classifiers.encoders import load_encoder
+
+            self._encoder = load_encoder()
+        return self._encoder
+
+    def _lock(self):
+        from filelock import FileLock  # lazy: only writers need it
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.folder / "notes.lock"), timeout=LOCK_TIMEOUT_S)
+
+    def notes(self) -> list[Note]:
+        """Every note in the Markdown, superseded ones included. [] when there is no file."""
+        try:
+            text = self.markdown.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        return parse_markdown(text, str(self.markdown))
+
+    def add(self, new: Iterable[Note], *, link_supersession: bool = True) -> list[Note]:
+        """Append notes (an empty `id` gets the next `N<nnn>`), mark the notes they replace, reindex.
+
+        Supersession is decided here, once, when a note is written (`memsift.supersession`),
+        never at recall time. Returns the notes as stored. Raises `NotesFormatError` if the
+        existing Markdown cannot be read (it is left untouched) and `ValueError` for a bad
+        kind or a duplicate id.
+        """
+        from .supersession import link_superseded
+
+        with self._lock():
+            existing = self.notes()
+            ids = {n.id for n in existing}
+            counter = 1 + max((int(m[1]) for n in existing if (m := re.fullmatch(r"N(\d+)", n.id))), default=0)
+            added: list[Note] = []
+            for note in new:
+                if note.kind not in KINDS:
+                    raise ValueError(f"kind {note.kind!r} is not one of {', '.join(KINDS)}")
+                if not note.id:
+                    while f"N{counter:03d}" in ids:
+                        counter += 1
+                    note = replace(note, id=f"N{counter:03d}")
+                if note.id in ids:
+                    raise ValueError(f"note id {note.id} already exists")
+                ids.add(note.id)
+                added.append(replace(note, text=note.text.strip()))
+            vectors = self._vectors(existing + added)
+            notes = existing + added
+            if link_supersession and added:
+                notes = link_superseded(notes, vectors, new_ids={n.id for n in added})
+            atomic_write(self.markdown, render_markdown(self.title, notes))
+            self._write_index(notes, vectors)
+            by_id = {n.id: n for n in notes}
+            return [by_id[n.id] for n in added]
+
+    # -- index -------------------------------------------------------------------------
+
+    def _vectors(self, notes: list[Note]) -> dict[str, np.ndarray]:
+        """Passage vectors by text hash: reused from the index, the rest embedded now."""
+        known = self._indexed_vectors()
+        missing = [n.text for n in notes if text_hash(n.text) not in known]
+        if missing:
+            for text, vec in zip(missing, self.encoder.passage(missing)):
+                known[text_hash(text)] = vec
+        return known
+
+    def _indexed_vectors(self) -> dict[str, np.ndarray]:
+        if not self.index_path.exists():
+            return {}
+        try:
+            with sqlite3.connect(f"file:{self.index_path}?mode=ro", uri=True) as db:
+                encoder = db.execute("SELECT value FROM meta WHERE key = 'encoder'").fetchone()
+                if encoder is None or encoder[0] != self.encoder.name:
+                    return {}
+                rows = db.execute("SELECT sha, vector FROM notes").fetchall()
+        except sqlite3.Error:
+            return {}
+        return {sha: np.frombuffer(blob, dtype=np.float32) for sha, blob in rows}
+
+    def _write_index(self, notes: list[Note], vectors: dict[str, np.ndarray]) -> None:
+        md_sha = text_hash(self.markdown.read_text(encoding="utf-8")) if self.markdown.exists() else ""
+        fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".sqlite", dir=self.folder)
+        os.close(fd)
+        try:
+            with sqlite3.connect(tmp) as db:
+                db.executescript(
+                    """
+                    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+                    CREATE TABLE notes (rowid INTEGER PRIMARY KEY, id TEXT UNIQUE, date TEXT,
+                        kind TEXT, superseded_by TEXT, text TEXT, sha TEXT, vector BLOB);
+                    CREATE VIRTUAL TABLE notes_fts USING fts5(text, content='notes',
+                        content_rowid='rowid', tokenize='trigram');
+                    """
+                )
+                db.executemany(
+                    "INSERT INTO meta VALUES (?, ?)",
+                    [("markdown_sha", md_sha), ("encoder", self.encoder.name)],
+                )
+                db.executemany(
+                    "INSERT INTO notes (id, date, kind, superseded_by, text, sha, vector) VALUES (?,?,?,?,?,?,?)",
+                    [
+                        (n.id, n.date, n.kind, n.superseded_by, n.text, text_hash(n.text),
+                         np.asarray(vectors[text_hash(n.text)], dtype=np.float32).tobytes())
+                        for n in notes
+                    ],
+                )
+                db.execute("INSERT INTO notes_fts (notes_fts) VALUES ('rebuild')")
+            os.replace(tmp, self.index_path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _fresh_index(self) -> Path | None:
+        """The index path, rebuilt first if the Markdown changed since (for example by hand)."""
+        if not self.markdown.exists():
+            return None
+        md_sha = text_hash(self.markdown.read_text(encoding="utf-8"))
+        if self.index_path.exists():
+            try:
+                with sqlite3.connect(f"file:{self.index_path}?mode=ro", uri=True) as db:
+                    row = db.execute("SELECT value FROM meta WHERE key = 'markdown_sha'").fetchone()
+                    enc = db.execute("SELECT value FROM meta WHERE key = 'encoder'").fetchone()
+                if row and row[0] == md_sha and enc and enc[0] == self.encoder.name:
+                    return self.index_path
+            except sqlite3.Error as exc:
+                log.warning("notes index %s unreadable (%s): rebuilding", self.index_path, exc)
+        with self._lock():
+            notes = self.notes()
+            log.info("notes changed outside memsift: reindexing %d notes in %s", len(notes), self.folder)
+            self._write_index(notes, self._vectors(notes))
+        return self.index_path
+
+    def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset()) -> NoteHits:
+        """Active notes not in `exclude`, ranked by `backends.sqlite.hybrid_search`.
+
+        The background is the median cosine over those notes. Raises `NotesFormatError` if
+        the Markdown cannot be read.
+        """
+        from .backends.sqlite import hybrid_search
+
+        path = self._fresh_index()
+        empty = NoteHits([], [], np.zeros((0, len(query_vector)), np.float32), 0.0)
+        if path is None:
+            return empty
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            rows = db.execute(
+                "SELECT rowid, id, date, kind, text, vector FROM notes WHERE superseded_by IS NULL"
+            ).fetchall()
+            rows = [r for r in rows if r[1] not in exclude]
+            if not rows:
+                return empty
+            order, cos, matrix, background = hybrid_search(db, rows, "notes_fts", query_vector, query_text, k)
+        notes = [Note(id=rows[i][1], date=rows[i][2], kind=rows[i][3], text=rows[i][4]) for i in order]
+        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background)

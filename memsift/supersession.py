@@ -1,0 +1,85 @@
+"""Decide, when notes are written, which older note a new note replaces.
+
+The research prototype showed that cosine alone cannot tell "replaces" from "related"
+(`prototype.md`, section 3.2: a cos >= 0.90 swap rule caught 8 of 12 superseded pairs with 19
+false swaps). So a link needs three things at once:
+
+1. the two notes are each other's nearest neighbour in time order (the new note's nearest
+   older note, and the older note's nearest newer note);
+2. their cosine is at least `MIN_COSINE`;
+3. the new note says that something changed: it contains a change cue ("moved from",
+   "instead of", "no longer", "remplace", "nicht mehr", "ya no", "改为", ...).
+
+The result is data: the older note's status becomes "superseded by <id>" in the Markdown,
+where the user can see and undo it, and recall never pastes a superseded note.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Mapping
+
+import numpy as np
+
+from .notes import Note, text_hash
+
+MIN_COSINE = 0.86
+
+_CUES = [
+    # en
+    r"\breplac(?:es|ed|ing)\b", r"\binstead of\b", r"\bno longer\b", r"\bnot .{0,20}anymore\b",
+    r"\bmoved (?:from|off|away|to)\b", r"\bswitched\b", r"\bmigrated\b", r"\bsupersed",
+    r"\brenewed\b", r"\bdropped\b", r"\bnow (?:uses|runs|goes|lives|is)\b", r"\bfrom now on\b",
+    r"\bchanged (?:from|to)\b", r"\bdeprecated\b",
+    # fr
+    r"\bremplac", r"\bau lieu de?\b", r"\bne .{0,30}\bplus\b", r"\bn'.{0,30}\bplus\b",
+    r"\bpass(?:é|e|és|ée) (?:de|à|a|sur|sous)\b", r"\bmigr(?:é|e|ation)", r"\babandonn",
+    r"\bdésormais\b", r"\bdorénavant\b", r"\brenouvel", r"\bchang(?:é|e) de\b",
+    # de
+    r"\bersetzt\b", r"\bstatt\b", r"\banstelle\b", r"\bnicht mehr\b", r"\bumgestellt\b",
+    r"\bgewechselt\b", r"\bmigriert\b", r"\babgelöst\b", r"\bab jetzt\b", r"\bkünftig\b",
+    r"\bneu verhandelt\b", r"\bverlängert\b",
+    # es
+    r"\breemplaz", r"\ben (?:lugar|vez) de\b", r"\bya no\b", r"\bcambiamos\b", r"\bmigr(?:ado|amos)\b",
+    r"\bpasamos (?:de|a)\b", r"\ba partir de ahora\b", r"\bsustitu", r"\brenovad",
+    # zh
+    r"取代", r"替代", r"改为", r"改用", r"不再", r"换成", r"迁移", r"从现在起", r"替换", r"弃用", r"改成",
+]
+_CUE = re.compile("|".join(_CUES), re.IGNORECASE)
+
+
+def says_change(text: str) -> bool:
+    """True when `text` states that something changed or was replaced."""
+    return bool(_CUE.search(text))
+
+
+def link_superseded(
+    notes: list[Note], vectors: Mapping[str, np.ndarray], new_ids: set[str]
+) -> list[Note]:
+    """Return `notes` with `superseded_by` set on the older notes that a note in `new_ids` replaces.
+
+    `vectors` maps each note's text hash (`notes.text_hash`) to its passage embedding. Notes
+    already superseded are left as they are and are not candidates.
+    """
+    active = [n for n in notes if n.active]
+    if len(active) < 2:
+        return notes
+    matrix = np.stack([vectors[text_hash(n.text)] for n in active])
+    sims = matrix @ matrix.T
+    np.fill_diagonal(sims, -1.0)
+    order = {n.id: i for i, n in enumerate(active)}
+    links: dict[str, str] = {}
+    when = [(n.date, i) for i, n in enumerate(active)]  # ties in date go by position in the file
+    for new in sorted((n for n in active if n.id in new_ids), key=lambda n: when[order[n.id]]):
+        if not says_change(new.text):
+            continue
+        i = order[new.id]
+        older = [j for j in range(len(active)) if when[j] < when[i] and active[j].id not in links]
+        if not older:
+            continue
+        j = max(older, key=lambda j: sims[i, j])
+        newer_than_j = [m for m in range(len(active)) if when[m] > when[j]]
+        if sims[i, j] >= MIN_COSINE and max(newer_than_j, key=lambda m: sims[j, m]) == i:
+            links[active[j].id] = new.id
+    return [replace(n, superseded_by=links[n.id]) if n.id in links else n for n in notes]

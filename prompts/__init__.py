@@ -1,0 +1,1 @@
+"""The decision questions memsift asks, as data: one JSON file per question (System One shapes)."""

@@ -1,0 +1,68 @@
+"""Shared fixtures: an isolated memsift home, a fast real encoder, a scripted decision model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memsift.classifiers import Answer, Request, load_question
+from memsift.classifiers.encoders import HashingEncoder
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def memsift_home(tmp_path, monkeypatch):
+    """Every test gets its own MEMSIFT_HOME; nothing touches ~/.memsift."""
+    home = tmp_path / "memsift-home"
+    monkeypatch.setenv("MEMSIFT_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def encoder():
+    """The hashing encoder: real vectors, no model load, so store tests stay fast."""
+    return HashingEncoder()
+
+
+class ScriptedModel:
+    """A `ChoiceModel` that answers from a script: the genre, the topic, P(answers) per item id."""
+
+    name = "scripted"
+
+    def __init__(self, genre="past_choice", topic="choice", answers=None):
+        self.genre, self.topic, self.answers = genre, topic, answers or {}
+        self.asked: list[str] = []
+
+    def decide(self, request: Request) -> dict[str, Answer]:
+        out = {}
+        for qid in request.questions:
+            self.asked.append(qid)
+            head, _, index = qid.partition(".")
+            if head in ("genre", "keep_topic"):
+                options = [o for o in load_question(head).question.options()]
+                chosen = self.genre if head == "genre" else self.topic
+                probs = {o: (0.9 if o == chosen else 0.1 / (len(options) - 1)) for o in options}
+                out[qid] = Answer("choice", probs)
+            else:
+                tier = "notes" if head == "note_answers" else "passages"
+                p = self.answers.get(request.state[tier][int(index)]["id"], 0.0)
+                out[qid] = Answer("noul", {"true": p, "false": 1 - p})
+        return out
+
+
+@pytest.fixture
+def scripted():
+    return ScriptedModel
+
+
+def run_memsift(*args: str, stdin: bytes = b"", env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `python -m memsift ...` as a real process."""
+    return subprocess.run(
+        [sys.executable, "-m", "memsift", *args],
+        input=stdin, capture_output=True, timeout=timeout, env={**os.environ, **(env or {})},
+    )

@@ -1,0 +1,191 @@
+"""A minimal fake Anthropic Messages API, for offline tests of the real Claude Code CLI.
+
+It answers ``POST /v1/messages`` (streamed or not) with a canned reply, and appends
+every request it sees to a JSON Lines log, one object per request:
+``{"method": ..., "path": ..., "body": ...}``.  Tests point Claude Code at it with
+``ANTHROPIC_BASE_URL=http://127.0.0.1:<port>`` and then read the log to see exactly
+what the host sent to the model.
+
+In a test::
+
+    with FakeAnthropicAPI(tmp_path / "requests.jsonl") as api:
+        ...  # run claude with ANTHROPIC_BASE_URL=api.url
+        bodies = api.message_bodies()
+
+By hand: ``python tests/fakeapi.py PORT LOGFILE`` (PORT 0 picks a free port).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+REPLY = "PONG-FROM-FAKE-API"
+
+
+def _message(model: str) -> dict[str, Any]:
+    """A complete, non-streamed Messages API response."""
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": REPLY}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 3},
+    }
+
+
+def _stream_events(model: str) -> list[tuple[str, dict[str, Any]]]:
+    """The same response as a sequence of server-sent events."""
+    start = dict(_message(model), content=[], stop_reason=None,
+                 usage={"input_tokens": 10, "output_tokens": 1})
+    return [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "text_delta", "text": REPLY}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta",
+                           "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                           "usage": {"output_tokens": 3}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            return {"_raw": raw.decode("utf-8", "replace")}
+
+    def _send(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _send_json(self, status: int, obj: Any) -> None:
+        self._send(status, "application/json", json.dumps(obj).encode())
+
+    def _not_found(self) -> None:
+        self._send_json(404, {"type": "error",
+                              "error": {"type": "not_found_error", "message": "fake API"}})
+
+    # -- routes -----------------------------------------------------------------
+
+    def do_HEAD(self) -> None:  # connectivity probes
+        self.server.record({"method": "HEAD", "path": self.path})
+        self._send(200, "text/plain", b"")
+
+    def do_GET(self) -> None:
+        self.server.record({"method": "GET", "path": self.path})
+        if self.path.split("?")[0].endswith("/v1/models"):
+            self._send_json(200, {"data": [], "has_more": False})
+        else:
+            self._not_found()
+
+    def do_POST(self) -> None:
+        body = self._read_body()
+        self.server.record({"method": "POST", "path": self.path, "body": body})
+        path = self.path.split("?")[0]
+        if path.endswith("/v1/messages/count_tokens"):
+            self._send_json(200, {"input_tokens": 10})
+        elif path.endswith("/v1/messages"):
+            model = body.get("model", "fake") if isinstance(body, dict) else "fake"
+            if isinstance(body, dict) and body.get("stream"):
+                self._send_sse(_stream_events(model))
+            else:
+                self._send_json(200, _message(model))
+        else:
+            self._not_found()
+
+    def _send_sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        data = "".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n"
+                       for name, payload in events).encode()
+        self._send(200, "text/event-stream", data)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int, log_path: Path) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.log_path = log_path
+        self._lock = threading.Lock()
+
+    def record(self, entry: dict[str, Any]) -> None:
+        with self._lock, self.log_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+
+class FakeAnthropicAPI:
+    """Runs the fake server in a background thread on a free loopback port."""
+
+    def __init__(self, log_path: Path | str, port: int = 0) -> None:
+        self.log_path = Path(log_path)
+        self.log_path.touch()
+        self._server = _Server(port, self.log_path)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "FakeAnthropicAPI":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every logged request, oldest first."""
+        with self.log_path.open(encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def message_bodies(self) -> list[Any]:
+        """The JSON bodies of the ``POST /v1/messages`` calls (the model requests)."""
+        return [r["body"] for r in self.requests()
+                if r["method"] == "POST" and r["path"].split("?")[0].endswith("/v1/messages")]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 3:
+        sys.exit(f"usage: {argv[0]} PORT LOGFILE")
+    api = FakeAnthropicAPI(argv[2], int(argv[1]))
+    print(f"fake Anthropic API on {api.url}, logging to {argv[2]}", flush=True)
+    try:
+        api._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,103 @@
+"""The Claude Code UserPromptSubmit hook as a real process: it never breaks the agent."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import pytest
+
+from .conftest import run_memsift
+
+NOTE = "Payments: we chose Adyen over Stripe because Adyen supports SEPA direct debit for our German customers."
+
+
+def payload(prompt, cwd, **extra):
+    return json.dumps({"session_id": "s-1", "transcript_path": "", "cwd": str(cwd), "permission_mode": "default",
+                       "hook_event_name": "UserPromptSubmit", "prompt": prompt, **extra}).encode()
+
+
+@pytest.fixture
+def project(tmp_path):
+    folder = tmp_path / "shop"
+    (folder / ".git").mkdir(parents=True)
+    done = run_memsift("notes", "add", "--project", str(folder), "--kind", "decision", "--date", "2026-09-01", NOTE)
+    assert done.returncode == 0, done.stderr.decode()
+    return folder
+
+
+def hook(stdin: bytes):
+    return run_memsift("hook", "user-prompt-submit", stdin=stdin)
+
+
+def log_text(home) -> str:
+    return (home / "logs" / "hook.log").read_text(encoding="utf-8")
+
+
+def test_recall_prompt_gets_the_note(project, memsift_home):
+    done = hook(payload("which payment provider did we pick again, and why?", project))
+    assert done.returncode == 0
+    out = json.loads(done.stdout)
+    context = out["hookSpecificOutput"]["additionalContext"]
+    assert out["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+    assert "[memsift note N001 · 2026-09-01 · decision]" in context and "Adyen" in context
+    # the same session never gets the same note twice
+    again = hook(payload("remind me which payment provider we picked and why", project))
+    assert again.returncode == 0 and b"N001" not in again.stdout
+
+
+def test_acknowledgement_gets_nothing(project):
+    done = hook(payload("ok thanks", project))
+    assert (done.returncode, done.stdout) == (0, b"")
+
+
+@pytest.mark.parametrize(
+    "stdin, reason",
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "JSON list"),
+        (b'{"cwd": "/tmp"}', "'prompt' missing"),
+        (b"\xff\xfe\x00garbage", "not JSON"),
+        (b"", "not JSON"),
+    ],
+)
+def test_bad_input_exits_0_silently_and_logs_why(stdin, reason, memsift_home):
+    done = hook(stdin)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert reason in log_text(memsift_home)
+
+
+def test_empty_prompt(project, memsift_home):
+    done = hook(payload("   ", project))
+    assert (done.returncode, done.stdout) == (0, b"")
+    assert "empty prompt" in log_text(memsift_home)
+
+
+def test_two_megabyte_image_paste(project):
+    blob = base64.b64encode(os.urandom(1_500_000)).decode()
+    done = hook(payload(f"what is wrong in this screenshot? data:image/png;base64,{blob}", project))
+    assert done.returncode == 0
+    assert done.stdout == b"" or json.loads(done.stdout)["hookSpecificOutput"]
+
+
+def test_non_ascii_prompt_is_decoded_as_utf8(project):
+    prompt = "on avait choisi quel prestataire de paiement déjà, et pourquoi ? 支付"
+    done = hook(payload(prompt, project))
+    assert done.returncode == 0
+    if done.stdout:
+        json.loads(done.stdout.decode("ascii"))  # escaped JSON, whatever the console encoding
+
+
+def test_internal_error_exits_0_and_logs_traceback(project, memsift_home):
+    notes_md = next((memsift_home / "projects").glob("shop-*")) / "notes.md"
+    notes_md.write_text(notes_md.read_text(encoding="utf-8") + "\n## broken · header\n", encoding="utf-8")
+    done = hook(payload("which payment provider did we pick again, and why?", project))
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert "NotesFormatError" in log_text(memsift_home)
+
+
+def test_project_without_memory_loads_no_model(tmp_path, memsift_home):
+    done = hook(payload("which payment provider did we pick?", tmp_path))
+    assert (done.returncode, done.stdout) == (0, b"")
+    assert "no memory yet" in log_text(memsift_home)

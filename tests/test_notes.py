@@ -1,0 +1,125 @@
+"""The notes store: Markdown the user can edit, atomic writes, several writers at once, supersession."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from memsift.config import project_dir, project_root
+from memsift.notes import Note, NotesFormatError, NoteStore, parse_markdown, render_markdown, text_hash
+from memsift.supersession import link_superseded, says_change
+
+from .conftest import run_memsift
+
+
+def test_markdown_round_trip():
+    notes = [
+        Note("N01", "2026-06-02", "decision", "Payments go through Stripe.", superseded_by="N02"),
+        Note("N02", "2026-09-01", "decision", "Payments moved from Stripe to Adyen.\nSecond line."),
+    ]
+    assert parse_markdown(render_markdown("shop", notes)) == notes
+
+
+def test_bad_header_names_file_and_line():
+    text = "# memsift notes: x\n\n## N01 · 2026-06-02 · decision\nok\n\n## N02 2026-06-03 decision\nbad\n"
+    with pytest.raises(NotesFormatError, match=r"notes.md:6"):
+        parse_markdown(text)
+    with pytest.raises(NotesFormatError, match="kind 'idea'"):
+        parse_markdown("## N01 · 2026-06-02 · idea\nx\n")
+
+
+def test_add_assigns_ids_and_searches(tmp_path, encoder):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    a, b = store.add([Note("", "2026-01-01", "decision", "We deploy with Helm charts on the k3s cluster."),
+                      Note("", "2026-01-02", "constraint", "The geocoding API allows 2,500 calls per day.")])
+    assert (a.id, b.id) == ("N001", "N002")
+    q = encoder.query(["how many geocoding calls per day do we get?"])[0]
+    hits = store.search(q, "how many geocoding calls per day do we get?", k=1)
+    assert hits.notes[0].id == "N002"
+    assert hits.vectors.shape == (len(hits.notes), encoder.dim)
+
+
+def test_bad_markdown_is_left_untouched(tmp_path, encoder):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    store.add([Note("", "2026-01-01", "decision", "first")])
+    broken = store.markdown.read_text(encoding="utf-8") + "\n## broken header\n"
+    store.markdown.write_text(broken, encoding="utf-8")
+    with pytest.raises(NotesFormatError):
+        store.add([Note("", "2026-01-02", "decision", "second")])
+    assert store.markdown.read_text(encoding="utf-8") == broken
+
+
+def test_hand_edit_is_reindexed(tmp_path, encoder):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    store.add([Note("", "2026-01-01", "decision", "Logs ship to Loki.")])
+    text = store.markdown.read_text(encoding="utf-8").replace("Logs ship to Loki.", "Logs ship to Datadog now.")
+    store.markdown.write_text(text, encoding="utf-8")
+    q = encoder.query(["datadog"])[0]
+    assert "Datadog" in store.search(q, "datadog", k=1).notes[0].text
+
+
+def test_superseded_note_leaves_search(tmp_path, encoder):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    store.add([Note("N1", "2026-01-01", "decision", "Transactional email goes out through Amazon SES.")])
+    store.add([Note("N2", "2026-02-01", "decision", "Transactional email moved from Amazon SES to Postmark.")],
+              link_supersession=False)
+    # mark by hand, as the user (or the reviser) would
+    text = store.markdown.read_text(encoding="utf-8").replace("## N1 · 2026-01-01 · decision", "## N1 · 2026-01-01 · decision · superseded by N2")
+    store.markdown.write_text(text, encoding="utf-8")
+    q = encoder.query(["which email provider?"])[0]
+    assert [n.id for n in store.search(q, "email provider", k=5).notes] == ["N2"]
+
+
+def test_link_superseded_needs_neighbours_and_a_change_cue():
+    notes = [
+        Note("A", "2026-01-01", "decision", "Email goes through SES."),
+        Note("B", "2026-02-01", "decision", "Email moved from SES to Postmark."),
+        Note("C", "2026-03-01", "convention", "Tests run with pytest."),
+        Note("D", "2026-04-01", "decision", "Email also has a dunning stream."),
+    ]
+    v = {"A": [1, 0, 0], "B": [0.95, 0.31, 0], "C": [0, 0, 1], "D": [0.93, 0.36, 0]}
+    vectors = {text_hash(n.text): np.array(v[n.id], dtype=np.float32) / np.linalg.norm(v[n.id]) for n in notes}
+    linked = {n.id: n.superseded_by for n in link_superseded(notes, vectors, new_ids={"B", "C", "D"})}
+    assert linked == {"A": "B", "B": None, "C": None, "D": None}  # D says no change
+
+
+@pytest.mark.parametrize("text", ["We switched to Postmark.", "On a remplacé Stripe par Adyen.",
+                                  "Wir nutzen SES nicht mehr.", "Ya no usamos SES.", "邮件服务改为 Postmark。"])
+def test_change_cues_in_five_languages(text):
+    assert says_change(text)
+
+
+def test_project_root_is_the_git_root(tmp_path):
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    (tmp_path / "repo" / "src" / "deep").mkdir(parents=True)
+    assert project_root(tmp_path / "repo" / "src" / "deep") == (tmp_path / "repo").resolve()
+    assert project_root(tmp_path) == tmp_path.resolve()
+    assert project_dir(tmp_path / "repo").name.startswith("repo-")
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    """Four processes add five notes each to one project at the same time."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    script = (
+        "import sys\n"
+        "from memsift.cli import main\n"
+        "w = sys.argv[1]\n"
+        "for i in range(5):\n"
+        "    assert main(['notes', 'add', '--project', sys.argv[2], '--kind', 'context', f'writer {w} note {i}']) == 0\n"
+    )
+    env = {"MEMSIFT_ENCODER": "hashing-v1"}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(w), str(project)], env={**os.environ, **env},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for w in range(4)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read().decode()
+    listed = run_memsift("notes", "list", "--project", str(project), env=env)
+    texts = [line for line in listed.stdout.decode().splitlines() if line.startswith("N")]
+    assert len(texts) == 20
+    assert len({t.split(" · ")[0] for t in texts}) == 20  # 20 distinct ids
+    store = NoteStore(project_dir(project_root(project)), encoder=None)
+    assert len(store.notes()) == 20

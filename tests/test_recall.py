@@ -1,0 +1,128 @@
+"""The cascade's branches, on real stores (SQLite, Markdown) with a scripted decision model."""
+
+from __future__ import annotations
+
+import pytest
+
+from memsift.backends import BackendUnavailable, Passage, SearchResult
+from memsift.backends.sqlite import SQLiteBackend
+from memsift.config import Settings
+from memsift.notes import Note, NoteStore
+from memsift.recall import HEADER, Item, OriginRecaller, Recaller, render
+from memsift.transcript import Turn
+
+NOTES = [
+    Note("N1", "2026-06-01", "decision", "Payments: Adyen chosen over Stripe because of SEPA direct debit."),
+    Note("N2", "2026-06-02", "constraint", "The geocoding API allows 2,500 calls per day; results are cached 24 h."),
+    Note("N3", "2026-06-03", "convention", "Database migrations run from a one-off job, never from the entrypoint."),
+]
+PASSAGES = [
+    Passage("P1", "2026-05-01", "User: the upload test flaked again. Assistant: the S3 mock timed out; raised the timeout to 5 s."),
+    Passage("P2", "2026-05-02", "User: which CDN? Assistant: we stayed on CloudFront."),
+]
+
+
+@pytest.fixture
+def stores(tmp_path, encoder):
+    notes = NoteStore(tmp_path / "notes", "shop", encoder=encoder)
+    notes.add(NOTES, link_supersession=False)
+    backend = SQLiteBackend(tmp_path / "passages.sqlite", encoder)
+    backend.add(PASSAGES)
+    return notes, backend
+
+
+def steps(result):
+    return [s["step"] for s in result.trace]
+
+
+def test_no_lookup_genre_pastes_nothing_and_stops(stores, encoder, scripted):
+    model = scripted(genre="reaction", answers={"N1": 0.99})
+    result = Recaller(model, encoder, *stores).recall("nice, thanks")
+    assert result.items == [] and result.text == ""
+    assert steps(result) == ["genre"]
+    assert model.asked == ["genre"]
+    assert result.trace[0]["lookup_p"] < 0.5
+
+
+def test_answering_note_is_pasted_and_cascade_stops(stores, encoder, scripted):
+    model = scripted(answers={"N1": 0.9, "N2": 0.2})
+    result = Recaller(model, encoder, *stores).recall("which payment provider did we pick and why?")
+    assert [i.id for i in result.items] == ["N1"]
+    assert steps(result) == ["genre", "notes"]
+    assert result.text.startswith(HEADER)
+    assert "[memsift note N1 · 2026-06-01 · decision] Payments: Adyen" in result.text
+    assert {c["id"] for c in result.trace[1]["candidates"]} >= {"N1"}
+
+
+def test_no_note_and_topic_not_worth_keeping_pastes_nothing(stores, encoder, scripted):
+    model = scripted(topic="none", answers={"P1": 0.9})
+    result = Recaller(model, encoder, *stores).recall("upload test flaked again")
+    assert result.items == []
+    assert steps(result) == ["genre", "notes", "topic"]
+
+
+def test_passage_that_answers_is_pasted(stores, encoder, scripted):
+    model = scripted(topic="problem", answers={"P1": 0.8, "P2": 0.1})
+    result = Recaller(model, encoder, *stores).recall("the upload test flaked again, S3 mock?")
+    assert [i.id for i in result.items] == ["P1"]
+    assert steps(result) == ["genre", "notes", "topic", "passages"]
+    assert "[memsift passage P1 · 2026-05-01]" in result.text
+
+
+def test_ledger_ids_are_never_pasted_again(stores, encoder, scripted):
+    model = scripted(answers={"N1": 0.9})
+    result = Recaller(model, encoder, *stores).recall("which payment provider?", pasted={"N1"})
+    assert "N1" not in [i.id for i in result.items]
+
+
+def test_item_already_in_the_conversation_is_not_pasted(stores, encoder, scripted):
+    model = scripted(answers={"N1": 0.9})
+    previous = [Turn("which payment provider?", "Adyen was chosen over Stripe because of SEPA direct debit payments.")]
+    result = Recaller(model, encoder, *stores).recall("ok and why adyen again?", previous)
+    assert result.items == []
+    assert result.trace[1]["candidates"][0]["already_said"] is True
+
+
+def test_superseded_note_is_never_pasted(tmp_path, encoder, scripted):
+    notes = NoteStore(tmp_path / "n", "x", encoder=encoder)
+    notes.add([Note("N1", "2026-01-01", "decision", "Email goes out through Amazon SES.", superseded_by="N2"),
+               Note("N2", "2026-02-01", "decision", "Email moved from Amazon SES to Postmark.")],
+              link_supersession=False)
+    model = scripted(answers={"N1": 0.99, "N2": 0.6})
+    result = Recaller(model, encoder, notes, None).recall("what do we send email through?")
+    assert [i.id for i in result.items] == ["N2"]
+
+
+def test_backend_down_pastes_nothing(stores, encoder, scripted):
+    class Down:
+        name = "down"
+
+        def add(self, passages):
+            pass
+
+        def search(self, query, query_vector, k, budget_s) -> SearchResult:
+            raise BackendUnavailable("connection refused")
+
+    model = scripted(topic="problem", answers={"P1": 0.9})
+    result = Recaller(model, encoder, stores[0], Down()).recall("upload test flaked")
+    assert result.items == []
+    assert result.trace[-1] == {**result.trace[-1], "step": "passages", "error": "connection refused"}
+
+
+def test_render_caps_total_characters():
+    items = [Item(f"N{i}", "note", "2026-01-01", "x" * 900, "decision") for i in range(3)]
+    text, pasted = render(items, max_chars=1500)
+    assert len(text) <= 1500
+    assert pasted[0].text == "x" * 900
+    assert pasted[1].text.endswith("…")
+
+
+def test_origin_pastes_top_five_on_every_message(stores, encoder):
+    result = OriginRecaller(encoder, *stores).recall("ok")
+    assert len(result.items) == 5 and result.genre is None
+
+
+def test_settings_thresholds_apply(stores, encoder, scripted):
+    model = scripted(answers={"N1": 0.6})
+    strict = Recaller(model, encoder, *stores, Settings(note_threshold=0.7, topic_none_p=0.0))
+    assert strict.recall("which payment provider?").items == []

@@ -1,0 +1,167 @@
+"""Train the embedded model's heads and write `classifiers/weights/heads-<encoder>.npz`.
+
+Usage (from the repo root, with `pip install -e '.[train]'`):
+
+    python training/train_heads.py                 # both encoders
+    python training/train_heads.py --encoder e5-small-q4 --report-only
+
+Data (`training/data/`, written for this purpose, never taken from the eval conversations;
+see `training/README.md`):
+
+- `genre/<lang>.jsonl`: {"text", "genre", "topic", "lang"}: the `genre` and `keep_topic` heads;
+- `exchanges/<lang>.jsonl`: {"user", "assistant", "keep", "lang"}: the `keep_exchange` head;
+- `pairs/<lang>.jsonl`: project notes and messages labelled with the notes that answer them:
+  the relevance heads `note_answers` and `passage_answers`.
+
+Softmax heads are scikit-learn's `LogisticRegression` (balanced classes, C=16) on the
+message embedding plus six surface cues; a temperature is then fitted on cross-validated
+logits (Guo et al., "On Calibration of Modern Neural Networks", 2017). The relevance head
+is a logistic regression over `features.pair_features`. Everything is deterministic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+from memsift.classifiers.encoders import load_encoder
+from memsift.classifiers.features import content_tokens, cue_vector, pair_features
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "training" / "data"
+
+LOOKUP = {"new_decision", "past_choice", "resume_work", "recurring_problem", "existing_code_task", "past_exchange"}
+C_SOFTMAX = 16.0
+SHORTLIST = 5
+
+
+def read(kind: str) -> list[dict]:
+    rows = []
+    for path in sorted((DATA / kind).glob("*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return rows
+
+
+def fit_temperature(logits: np.ndarray, y: np.ndarray) -> float:
+    """The temperature minimising the negative log-likelihood of held-out logits."""
+    best, best_t = np.inf, 1.0
+    for t in np.geomspace(0.05, 20, 200):
+        z = logits / t
+        z = z - z.max(axis=1, keepdims=True)
+        nll = -np.mean(z[np.arange(len(y)), y] - np.log(np.exp(z).sum(axis=1)))
+        if nll < best:
+            best, best_t = nll, float(t)
+    return best_t
+
+
+def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str]) -> dict[str, np.ndarray]:
+    """Fit one softmax head, report 5-fold and leave-one-language-out accuracy, return its arrays."""
+    classes = sorted(set(labels))
+    y = np.array([classes.index(label) for label in labels])
+    model = LogisticRegression(C=C_SOFTMAX, class_weight="balanced", max_iter=4000)
+    folds = StratifiedKFold(5, shuffle=True, random_state=0)
+    logits = cross_val_predict(model, X, y, cv=folds, method="decision_function")
+    acc = float(np.mean(logits.argmax(1) == y))
+    report = f"{name}: {len(y)} examples, {len(classes)} classes, 5-fold accuracy {acc:.3f}"
+    if name == "genre":
+        lookup = np.array([c in LOOKUP for c in classes])
+        report += f", lookup split {np.mean(lookup[logits.argmax(1)] == lookup[y]):.3f}"
+    by_lang = []
+    for lang in sorted(set(groups)):
+        test = np.array([g == lang for g in groups])
+        if test.all() or len(set(y[~test])) < len(classes):
+            continue
+        pred = LogisticRegression(C=C_SOFTMAX, class_weight="balanced", max_iter=4000).fit(X[~test], y[~test]).predict(X[test])
+        by_lang.append(f"{lang} {np.mean(pred == y[test]):.2f}")
+    print(report)
+    if by_lang:
+        print(f"  leave-one-language-out: {', '.join(by_lang)}")
+    temperature = fit_temperature(logits, y)
+    model.fit(X, y)
+    return {
+        f"{name}.W": model.coef_.astype(np.float32),
+        f"{name}.b": model.intercept_.astype(np.float32),
+        f"{name}.classes": np.array(classes),
+        f"{name}.temperature": np.array(temperature, dtype=np.float32),
+        f"{name}.cues": np.array(True),
+    }
+
+
+def pair_rows(encoder) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Features and labels of (message, shortlisted note) pairs, as the cascade would see them."""
+    rows = read("pairs")
+    notes = defaultdict(list)
+    for r in rows:
+        if r["type"] == "note":
+            notes[r["project"]].append(r)
+    X, y, groups = [], [], []
+    for project, items in notes.items():
+        vectors = encoder.passage([n["text"] for n in items])
+        tokens = [content_tokens(n["text"]) for n in items]
+        queries = [r for r in rows if r["type"] == "query" and r["project"] == project]
+        qvecs = encoder.query([q["text"] for q in queries])
+        for q, qv in zip(queries, qvecs):
+            cos = vectors @ qv
+            background = float(np.median(cos))
+            shortlist = set(np.argsort(-cos)[:SHORTLIST]) | {i for i, n in enumerate(items) if n["id"] in q["answers"]}
+            qt = content_tokens(q["text"])
+            for i in shortlist:
+                X.append(pair_features(float(cos[i]), background, qt, tokens[i]))
+                y.append(items[i]["id"] in q["answers"])
+                groups.append(items[0]["lang"])
+    return np.array(X), np.array(y, dtype=int), groups
+
+
+def relevance_head(encoder) -> dict[str, np.ndarray]:
+    X, y, groups = pair_rows(encoder)
+    model = LogisticRegression(C=1.0, max_iter=2000)
+    p = cross_val_predict(model, X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), method="predict_proba")[:, 1]
+    print(f"relevance: {len(y)} pairs ({y.sum()} answers), 5-fold pair AUC {roc_auc_score(y, p):.3f}, "
+          f"cosine alone {roc_auc_score(y, X[:, 0]):.3f}")
+    for t in (0.3, 0.4, 0.5, 0.6, 0.7):
+        sel = p >= t
+        print(f"  threshold {t}: precision {y[sel].mean() if sel.any() else 0:.2f}, recall {y[sel].sum() / y.sum():.2f}")
+    model.fit(X, y)
+    w, b = model.coef_[0].astype(np.float32), np.array(model.intercept_[0], dtype=np.float32)
+    return {"note_answers.w": w, "note_answers.b": b, "passage_answers.w": w, "passage_answers.b": b}
+
+
+def train(encoder_name: str, report_only: bool) -> None:
+    encoder = load_encoder(encoder_name)
+    print(f"== {encoder.name}")
+    genre = read("genre")
+    vecs = encoder.query([g["text"] for g in genre])
+    X = np.hstack([vecs, np.stack([cue_vector(g["text"]) for g in genre])])
+    langs = [g["lang"] for g in genre]
+    print("genre data:", dict(Counter(langs)))
+    arrays = softmax_head("genre", X, [g["genre"] for g in genre], langs)
+    arrays |= softmax_head("keep_topic", X, [g["topic"] for g in genre], langs)
+    exchanges = read("exchanges")
+    texts = [f"{e['user']}\n{e['assistant']}" for e in exchanges]
+    Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
+    arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
+    arrays |= relevance_head(encoder)
+    if not report_only:
+        out = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
+        np.savez_compressed(out, **arrays)
+        print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--encoder", action="append", help="e5-small-q4 and/or hashing-v1 (default: both)")
+    parser.add_argument("--report-only", action="store_true", help="print the figures, write nothing")
+    args = parser.parse_args()
+    for name in args.encoder or ["e5-small-q4", "hashing-v1"]:
+        train(name, args.report_only)
+
+
+if __name__ == "__main__":
+    main()
