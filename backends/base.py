@@ -26,14 +26,15 @@ class SearchResult:
     """Passages best first with their cosines (when known) and the tier's median cosine.
 
     `vectors` (n, d) are the passages' stored embeddings when the backend keeps them, so the
-    relevance judge never embeds a passage at query time; `background` is None when the
-    backend cannot tell.
+    relevance judge never embeds a passage at query time; `background` (the median cosine of
+    the query over `count` stored passages) is None when the backend cannot tell.
     """
 
     passages: list[Passage]
     cosines: list[float] = field(default_factory=list)
     vectors: np.ndarray | None = None
     background: float | None = None
+    count: int = 0
 
 
 class PassageBackend(Protocol):

@@ -49,7 +49,7 @@ def hybrid_search(
     """Rank `rows` (each `(rowid, ..., vector_blob)`, the blob last) for a query.
 
     Returns the positions in `rows` best first, the cosines of all rows, the rows' vector
-    matrix (n, d) and the median cosine (the per-query background).
+    matrix (n, d) and the median cosine over all rows (the per-query background).
     """
     matrix = np.stack([np.frombuffer(r[-1], dtype=np.float32) for r in rows])
     cos = matrix @ query_vector
@@ -123,6 +123,7 @@ class SQLiteBackend:
             cosines=[float(cos[i]) for i in order],
             vectors=matrix[order],
             background=background,
+            count=len(rows),
         )
 
     def close(self) -> None:

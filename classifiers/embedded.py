@@ -10,8 +10,8 @@ Question ids it answers (the id before the first `.` names the head):
 `Request.local` may carry precomputed vectors so that nothing stored is embedded at query
 time: `query_vector` (d,), `note_vectors` / `passage_vectors` (n, d) aligned with the state's
 lists, and `note_background` / `passage_background` (the median cosine of the message over
-the whole tier). Missing vectors are computed; a missing background defaults to the mean of
-the item cosines in the request.
+the whole tier) with `note_count` / `passage_count` (how many items that median is over).
+Missing vectors are computed; a missing background is the median of the request's items.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from .base import Answer, Request, UnsupportedQuestion
 from .encoders import Encoder, load_encoder
-from .features import content_tokens, pair_features
+from .features import content_tokens, pair_features, shrunk_background
 from .heads import LogisticHead, SoftmaxHead, load_heads
 
 _TEXT_KEYS = {"genre": "message", "keep_topic": "message", "keep_exchange": "exchange"}
@@ -88,9 +88,9 @@ class EmbeddedChoiceModel:
                 vectors[key] = self.encoder.passage([_item_text(x) for x in items])
             item_vectors = vectors[key]
         cos = item_vectors @ q
-        background = local.get(f"{tier[:-1]}_background")
-        if background is None:
-            background = float(np.mean(cos))
+        median = local.get(f"{tier[:-1]}_background")
+        count = local.get(f"{tier[:-1]}_count", len(items))
+        background = shrunk_background(float(np.median(cos)) if median is None else median, count, head.background)
         feats = pair_features(
             float(cos[i]), float(background), content_tokens(message), content_tokens(_item_text(items[i]))
         )

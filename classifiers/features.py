@@ -54,8 +54,15 @@ def cue_vector(text: str) -> np.ndarray:
     )
 
 
+#: Words are cut to this many characters, a language-independent stemmer ("payments" and
+#: "payment" meet at "paymen"); truncation stemming as studied by Mayfield and McNamee,
+#: "Single N-gram Stemming", SIGIR 2003.
+STEM_CHARS = 6
+
+
 def content_tokens(text: str) -> set[str]:
-    """Content words of `text`, lowercased; CJK runs become character bigrams.
+    """Content words of `text`, lowercased and truncated to `STEM_CHARS`; CJK runs become
+    character bigrams.
 
     Used for lexical overlap, never for retrieval ranking (that is BM25 in SQLite FTS5).
     """
@@ -64,8 +71,23 @@ def content_tokens(text: str) -> set[str]:
         if _CJK_RUN.fullmatch(tok):
             out.update(tok[i : i + 2] for i in range(max(len(tok) - 1, 1)))
         elif tok not in _STOP:
-            out.add(tok)
+            out.add(tok[:STEM_CHARS])
     return out
+
+
+#: Pseudo-count of the prior in `shrunk_background`.
+BACKGROUND_PRIOR_WEIGHT = 8
+
+
+def shrunk_background(median: float, n: int, prior: float) -> float:
+    """The per-query background cosine, shrunk toward `prior` when the tier holds few items.
+
+    With one stored note the median cosine is that note's own cosine, and the margin
+    feature would read 0 for a perfect answer; `prior` (the mean background seen in training)
+    weighs as `BACKGROUND_PRIOR_WEIGHT` items.
+    """
+    w = BACKGROUND_PRIOR_WEIGHT
+    return (n * median + w * prior) / (n + w)
 
 
 #: Names of the columns of `pair_features`, in order.

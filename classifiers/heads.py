@@ -6,7 +6,8 @@
   `h.classes` (k,), `h.temperature` (), `h.cues` () - whether the six surface cues of
   `features.cue_vector` follow the embedding in the input;
 - a logistic head (`note_answers`, `passage_answers`): `h.w` (f,), `h.b` () over
-  `features.pair_features`.
+  `features.pair_features`, and `h.background` (): the mean background cosine in training,
+  the prior of `features.shrunk_background`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class LogisticHead:
 
     w: np.ndarray
     b: float
+    background: float
 
     def probability(self, features: np.ndarray) -> float:
         return float(1.0 / (1.0 + np.exp(-(features @ self.w + self.b))))
@@ -70,5 +72,9 @@ def load_heads(encoder_name: str) -> dict[str, SoftmaxHead | LogisticHead]:
                 cues=bool(data[f"{name}.cues"]),
             )
         else:
-            heads[name] = LogisticHead(w=data[f"{name}.w"].astype(np.float32), b=float(data[f"{name}.b"]))
+            heads[name] = LogisticHead(
+                w=data[f"{name}.w"].astype(np.float32),
+                b=float(data[f"{name}.b"]),
+                background=float(data[f"{name}.background"]),
+            )
     return heads

@@ -134,12 +134,14 @@ def text_hash(text: str) -> str:
 
 @dataclass(frozen=True)
 class NoteHits:
-    """Retrieval result: candidate notes best first, their cosines, and the tier's median cosine."""
+    """Retrieval result: candidate notes best first, their cosines and vectors, and the median
+    cosine of the query over the `count` active notes."""
 
     notes: list[Note]
     cosines: list[float]
     vectors: np.ndarray
     background: float
+    count: int
 
 
 class NoteStore:
@@ -298,7 +300,7 @@ class NoteStore:
         from .backends.sqlite import hybrid_search
 
         path = self._fresh_index()
-        empty = NoteHits([], [], np.zeros((0, len(query_vector)), np.float32), 0.0)
+        empty = NoteHits([], [], np.zeros((0, len(query_vector)), np.float32), 0.0, 0)
         if path is None:
             return empty
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
@@ -310,4 +312,4 @@ class NoteStore:
                 return empty
             order, cos, matrix, background = hybrid_search(db, rows, "notes_fts", query_vector, query_text, k)
         notes = [Note(id=rows[i][1], date=rows[i][2], kind=rows[i][3], text=rows[i][4]) for i in order]
-        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background)
+        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background, len(rows))

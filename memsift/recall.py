@@ -156,7 +156,7 @@ class Recaller:
         t0 = time.perf_counter()
         hits = self.notes.search(qvec, message, s.note_shortlist, exclude=frozenset(pasted))
         items = [Item(n.id, "note", n.date, n.text, n.kind) for n in hits.notes]
-        chosen = self._judge("note_answers", message, items, hits.vectors, hits.background, qvec,
+        chosen = self._judge("note_answers", message, items, hits.vectors, (hits.background, hits.count), qvec,
                              s.note_threshold, 1, context, trace, t0)
         if chosen:
             return self._paste(genre, chosen)
@@ -180,16 +180,20 @@ class Recaller:
         items = [Item(p.id, "passage", p.date, p.text) for p in found.passages if p.id not in pasted]
         keep = [i for i, p in enumerate(found.passages) if p.id not in pasted]
         vectors = found.vectors[keep] if found.vectors is not None else None
-        chosen = self._judge("passage_answers", message, items, vectors, found.background, qvec,
+        background = (found.background, found.count) if found.background is not None else None
+        chosen = self._judge("passage_answers", message, items, vectors, background, qvec,
                              s.passage_threshold, s.max_passages, context, trace, t0)
         return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
 
     def _judge(
         self, question_id: str, message: str, items: list[Item], vectors: np.ndarray | None,
-        background: float | None, qvec: np.ndarray, threshold: float, most: int,
+        background: tuple[float, int] | None, qvec: np.ndarray, threshold: float, most: int,
         context: set[str], trace: list, t0: float,
     ) -> list[Item]:
-        """Judge each item alone; return up to `most` that pass, best first."""
+        """Judge each item alone; return up to `most` that pass, best first.
+
+        `background` is the tier's (median cosine, item count) when retrieval knows it.
+        """
         step = question_id.split("_")[0] + "s"
         if not items:
             self._step(trace, step, t0, candidates=[])
@@ -200,7 +204,7 @@ class Recaller:
         if vectors is not None:
             local[f"{tier[:-1]}_vectors"] = vectors
         if background is not None:
-            local[f"{tier[:-1]}_background"] = background
+            local[f"{tier[:-1]}_background"], local[f"{tier[:-1]}_count"] = background
         questions = {f"{question_id}.{i}": prompt.for_item(i) for i in range(len(items))}
         state = {"message": message, tier: [{"id": it.id, "date": it.date, "text": it.text} for it in items]}
         answers = self.model.decide(Request(state, questions, local))

@@ -31,14 +31,13 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fakeapi import FakeAnthropicAPI  # noqa: E402
+from .fakeapi import FakeAnthropicAPI
 
 REPO = Path(__file__).resolve().parent.parent
 MEMSIFT_PYTHON = os.environ.get("MEMSIFT_PYTHON") or sys.executable
 CLI_TIMEOUT = 120  # seconds; a claude call that hangs (e.g. retrying the API) fails the test
 
-NOTE_TEXT = "Payments: we chose Adyen over Stripe because of SEPA direct debit support"
+NOTE_TEXT = "Payment provider: we chose Adyen over Stripe because Adyen supports SEPA direct debit for our German customers."
 NOTE_DATE = "2026-09-01"
 MARKER = "[memsift"
 
@@ -196,7 +195,7 @@ def test_plugin_validates_strict(claude_bin: str, base_env: dict[str, str]) -> N
 
 def test_recall_reaches_the_model(claude_bin: str, project: Project, base_env: dict[str, str],
                                   fake_api: FakeAnthropicAPI) -> None:
-    turn = claude_turn(claude_bin, "which payment provider did we pick again, and why?",
+    turn = claude_turn(claude_bin, "why did we choose Adyen over Stripe?",
                        project.path, base_env, fake_api)
     assert_plugin_loaded(turn)
     framing = re.search(rf"\[memsift note (\S+) · {NOTE_DATE} · decision\]", turn.model_text)

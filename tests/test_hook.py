@@ -10,7 +10,9 @@ import pytest
 
 from .conftest import run_memsift
 
-NOTE = "Payments: we chose Adyen over Stripe because Adyen supports SEPA direct debit for our German customers."
+NOTE = "Payment provider: we chose Adyen over Stripe because Adyen supports SEPA direct debit for our German customers."
+#: A message the note plainly answers: these tests check the hook, the eval measures the judge.
+ASK = "why did we choose Adyen over Stripe?"
 
 
 def payload(prompt, cwd, **extra):
@@ -36,14 +38,14 @@ def log_text(home) -> str:
 
 
 def test_recall_prompt_gets_the_note(project, memsift_home):
-    done = hook(payload("which payment provider did we pick again, and why?", project))
+    done = hook(payload(ASK, project))
     assert done.returncode == 0
     out = json.loads(done.stdout)
     context = out["hookSpecificOutput"]["additionalContext"]
     assert out["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
     assert "[memsift note N001 · 2026-09-01 · decision]" in context and "Adyen" in context
     # the same session never gets the same note twice
-    again = hook(payload("remind me which payment provider we picked and why", project))
+    again = hook(payload("remind me: why did we choose Adyen over Stripe?", project))
     assert again.returncode == 0 and b"N001" not in again.stdout
 
 
@@ -92,7 +94,7 @@ def test_non_ascii_prompt_is_decoded_as_utf8(project):
 def test_internal_error_exits_0_and_logs_traceback(project, memsift_home):
     notes_md = next((memsift_home / "projects").glob("shop-*")) / "notes.md"
     notes_md.write_text(notes_md.read_text(encoding="utf-8") + "\n## broken · header\n", encoding="utf-8")
-    done = hook(payload("which payment provider did we pick again, and why?", project))
+    done = hook(payload(ASK, project))
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
     assert "NotesFormatError" in log_text(memsift_home)
 

@@ -16,7 +16,8 @@ see `training/README.md`):
 Softmax heads are scikit-learn's `LogisticRegression` (balanced classes, C=16) on the
 message embedding plus six surface cues; a temperature is then fitted on cross-validated
 logits (Guo et al., "On Calibration of Modern Neural Networks", 2017). The relevance head
-is a logistic regression over `features.pair_features`. Everything is deterministic.
+is a logistic regression over standardised `features.pair_features` (the scaling is folded
+into the shipped weights). Everything is deterministic.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from memsift.classifiers.encoders import load_encoder
-from memsift.classifiers.features import content_tokens, cue_vector, pair_features
+from memsift.classifiers.features import content_tokens, cue_vector, pair_features, shrunk_background
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "training" / "data"
@@ -94,48 +97,84 @@ def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str])
     }
 
 
-def pair_rows(encoder) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Features and labels of (message, shortlisted note) pairs, as the cascade would see them."""
+def pair_rows(encoder) -> tuple[np.ndarray, np.ndarray, float]:
+    """Features and labels of (message, shortlisted note) pairs, as the cascade would see them,
+    and the mean background cosine (the prior of `shrunk_background`)."""
     rows = read("pairs")
     notes = defaultdict(list)
     for r in rows:
         if r["type"] == "note":
             notes[r["project"]].append(r)
-    X, y, groups = [], [], []
+    seen = []  # (query tokens, answers, items, item tokens, cosines)
     for project, items in notes.items():
         vectors = encoder.passage([n["text"] for n in items])
         tokens = [content_tokens(n["text"]) for n in items]
         queries = [r for r in rows if r["type"] == "query" and r["project"] == project]
-        qvecs = encoder.query([q["text"] for q in queries])
-        for q, qv in zip(queries, qvecs):
-            cos = vectors @ qv
-            background = float(np.median(cos))
-            shortlist = set(np.argsort(-cos)[:SHORTLIST]) | {i for i, n in enumerate(items) if n["id"] in q["answers"]}
-            qt = content_tokens(q["text"])
-            for i in shortlist:
-                X.append(pair_features(float(cos[i]), background, qt, tokens[i]))
-                y.append(items[i]["id"] in q["answers"])
-                groups.append(items[0]["lang"])
-    return np.array(X), np.array(y, dtype=int), groups
+        for q, qv in zip(queries, encoder.query([q["text"] for q in queries])):
+            seen.append((content_tokens(q["text"]), set(q["answers"]), items, tokens, vectors @ qv))
+    prior = float(np.mean([np.median(cos) for *_, cos in seen]))
+    X, y, query = [], [], []
+    for q, (qt, answers, items, tokens, cos) in enumerate(seen):
+        background = shrunk_background(float(np.median(cos)), len(items), prior)
+        shortlist = set(np.argsort(-cos)[:SHORTLIST]) | {i for i, n in enumerate(items) if n["id"] in answers}
+        for i in shortlist:
+            X.append(pair_features(float(cos[i]), background, qt, tokens[i]))
+            y.append(items[i]["id"] in answers)
+            query.append(q)
+    return np.array(X), np.array(y, dtype=int), np.array(query), prior
+
+
+def operating_points(p: np.ndarray, y: np.ndarray, query: np.ndarray) -> None:
+    """Simulate the notes step per message: paste the best candidate when its P >= t."""
+    answerable = {q for q in set(query) if y[query == q].any()}
+    n_ans, n_none = len(answerable), len(set(query)) - len(answerable)
+    for t in (0.2, 0.25, 0.3, 0.35, 0.4, 0.5):
+        found = wrong = noise = 0
+        for q in set(query):
+            idx = np.flatnonzero(query == q)
+            best = idx[np.argmax(p[idx])]
+            if p[best] < t:
+                continue
+            if q in answerable:
+                found += bool(y[best])
+                wrong += not y[best]
+            else:
+                noise += 1
+        print(f"  per message at {t}: found {found}/{n_ans}, wrong {wrong}, pasted for nothing {noise}/{n_none}")
 
 
 def relevance_head(encoder) -> dict[str, np.ndarray]:
-    X, y, groups = pair_rows(encoder)
-    model = LogisticRegression(C=1.0, max_iter=2000)
+    X, y, query, prior = pair_rows(encoder)
+    model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
     p = cross_val_predict(model, X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), method="predict_proba")[:, 1]
     print(f"relevance: {len(y)} pairs ({y.sum()} answers), 5-fold pair AUC {roc_auc_score(y, p):.3f}, "
-          f"cosine alone {roc_auc_score(y, X[:, 0]):.3f}")
+          f"cosine alone {roc_auc_score(y, X[:, 0]):.3f}, prior background {prior:.3f}")
     for t in (0.3, 0.4, 0.5, 0.6, 0.7):
         sel = p >= t
         print(f"  threshold {t}: precision {y[sel].mean() if sel.any() else 0:.2f}, recall {y[sel].sum() / y.sum():.2f}")
+    operating_points(p, y, query)
     model.fit(X, y)
-    w, b = model.coef_[0].astype(np.float32), np.array(model.intercept_[0], dtype=np.float32)
-    return {"note_answers.w": w, "note_answers.b": b, "passage_answers.w": w, "passage_answers.b": b}
+    # the model was fitted on standardised features: fold the scaling into w and b
+    w = model[-1].coef_[0] / model[0].scale_
+    b = model[-1].intercept_[0] - float(np.sum(w * model[0].mean_))
+    arrays = {}
+    for name in ("note_answers", "passage_answers"):
+        arrays[f"{name}.w"] = w.astype(np.float32)
+        arrays[f"{name}.b"] = np.array(b, dtype=np.float32)
+        arrays[f"{name}.background"] = np.array(prior, dtype=np.float32)
+    return arrays
 
 
-def train(encoder_name: str, report_only: bool) -> None:
+def train(encoder_name: str, report_only: bool, only: str | None = None) -> None:
     encoder = load_encoder(encoder_name)
     print(f"== {encoder.name}")
+    out = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
+    if only == "relevance":
+        arrays = {k: v for k, v in np.load(out).items() if not k.startswith(("note_answers.", "passage_answers."))}
+        arrays |= relevance_head(encoder)
+        if not report_only:
+            np.savez_compressed(out, **arrays)
+        return
     genre = read("genre")
     vecs = encoder.query([g["text"] for g in genre])
     X = np.hstack([vecs, np.stack([cue_vector(g["text"]) for g in genre])])
@@ -149,7 +188,6 @@ def train(encoder_name: str, report_only: bool) -> None:
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
     arrays |= relevance_head(encoder)
     if not report_only:
-        out = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
         np.savez_compressed(out, **arrays)
         print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KB)")
 
@@ -158,9 +196,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--encoder", action="append", help="e5-small-q4 and/or hashing-v1 (default: both)")
     parser.add_argument("--report-only", action="store_true", help="print the figures, write nothing")
+    parser.add_argument("--only", choices=["relevance"], help="retrain only these heads, keep the others")
     args = parser.parse_args()
     for name in args.encoder or ["e5-small-q4", "hashing-v1"]:
-        train(name, args.report_only)
+        train(name, args.report_only, args.only)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,107 @@
+"""Benchmark the UserPromptSubmit hook as a whole process, next to the in-process recall time.
+
+Usage: python bench/hook_bench.py [CONVERSATION.json] [--prompts 50]
+
+A temporary MEMSIFT_HOME gets the conversation's notes and passages (through the same
+write paths as memsift itself, in a child process so that this one stays small: a forked
+child's max RSS counts its parent's pages until it execs); then each of the first N user messages is fed to
+`python -m memsift hook user-prompt-submit` as Claude Code would (JSON on stdin), one new
+process per prompt, and timed from spawn to exit. Max RSS comes from `os.wait4`. The same
+prompts then run through `Recaller.recall` in one warm process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def seed(home: Path, conv: dict, project: Path) -> None:
+    from memsift.backends import Passage
+    from memsift.backends.sqlite import SQLiteBackend
+    from memsift.classifiers.encoders import load_encoder
+    from memsift.config import project_dir, project_root
+    from memsift.notes import Note, NoteStore
+
+    encoder = load_encoder()
+    folder = project_dir(project_root(project), home)
+    NoteStore(folder, project.name, encoder=encoder).add(
+        [Note(n["id"], n["date"], n["kind"], n["text"]) for n in sorted(conv["notes"], key=lambda n: n["date"])]
+    )
+    backend = SQLiteBackend(folder / "passages.sqlite", encoder)
+    backend.add([Passage(p["id"], p["date"], p["text"]) for p in conv["passages"]])
+    backend.close()
+
+
+def spawn(payload: bytes, env: dict) -> tuple[float, int, bytes]:
+    """Wall ms, max RSS in KB, stdout of one hook process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "memsift", "hook", "user-prompt-submit"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    proc.stdin.write(payload)
+    proc.stdin.close()
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    ms = (time.perf_counter() - start) * 1000
+    assert proc.returncode == 0
+    return ms, usage.ru_maxrss, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("conversation", nargs="?", default=str(ROOT / "eval" / "conversations" / "en-saas-01.json"))
+    parser.add_argument("--prompts", type=int, default=50)
+    parser.add_argument("--seed-into", nargs=2, metavar=("HOME", "PROJECT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    conv = json.loads(Path(args.conversation).read_text(encoding="utf-8"))
+    if args.seed_into:
+        seed(Path(args.seed_into[0]), conv, Path(args.seed_into[1]))
+        return
+    prompts = [t["user"] for t in conv["turns"]][: args.prompts]
+    with tempfile.TemporaryDirectory(prefix="memsift-bench-") as tmp:
+        home, project = Path(tmp) / "home", Path(tmp) / conv["id"]
+        (project / ".git").mkdir(parents=True)
+        os.environ["MEMSIFT_HOME"] = str(home)
+        subprocess.run([sys.executable, __file__, args.conversation, "--seed-into", str(home), str(project)], check=True)
+        env = {**os.environ, "MEMSIFT_HOME": str(home)}
+        walls, rss, pasted = [], [], 0
+        for i, prompt in enumerate(prompts):
+            payload = json.dumps({"session_id": f"bench-{i}", "transcript_path": "", "cwd": str(project),
+                                  "hook_event_name": "UserPromptSubmit", "prompt": prompt}).encode()
+            ms, kb, out = spawn(payload, env)
+            walls.append(ms)
+            rss.append(kb)
+            pasted += bool(out)
+
+        from memsift.classifiers.embedded import EmbeddedChoiceModel
+        from memsift.backends.sqlite import SQLiteBackend
+        from memsift.config import project_dir, project_root
+        from memsift.notes import NoteStore
+        from memsift.recall import Recaller
+
+        model = EmbeddedChoiceModel()
+        folder = project_dir(project_root(project), home)
+        backend = SQLiteBackend(folder / "passages.sqlite", model.encoder)
+        recaller = Recaller(model, model.encoder, NoteStore(folder, project.name, encoder=model.encoder), backend)
+        inproc = [recaller.recall(p).ms for p in prompts]
+        backend.close()
+
+    w, r, q = np.array(walls), np.array(rss) / 1024, np.array(inproc)
+    print(f"hook process, {len(prompts)} prompts ({pasted} pasted): wall ms p50 {np.percentile(w, 50):.0f} "
+          f"p95 {np.percentile(w, 95):.0f} max {w.max():.0f}; max RSS MB p50 {np.percentile(r, 50):.0f} max {r.max():.0f}")
+    print(f"in-process recall (warm): ms p50 {np.percentile(q, 50):.1f} p95 {np.percentile(q, 95):.1f} max {q.max():.1f}")
+
+
+if __name__ == "__main__":
+    main()
