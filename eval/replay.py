@@ -91,10 +91,12 @@ def load_conversation(path: Path) -> Conversation:
 
 
 def conversation_paths(paths: list[str]) -> list[Path]:
-    """Expand folders to their `*.json` files, sorted."""
+    """Expand folders to their `*.json` files, sorted. Raises `ConversationError` if none."""
     out: list[Path] = []
     for p in map(Path, paths):
         out += sorted(p.glob("*.json")) if p.is_dir() else [p]
+    if not out:
+        raise ConversationError(f"no conversation files in {', '.join(paths)}")
     return out
 
 
@@ -198,26 +200,83 @@ def replay(
     return out
 
 
-def run_eval(paths: list[str], pipelines: list[str], replay_file: IO[str] | None, out: IO[str]) -> dict[str, Figures]:
+GENRES = list(Genre.__args__)
+LOOKUP = set(GENRES[5:])
+
+
+def details(runs: list[tuple[Conversation, list[dict]]], out: IO[str]) -> None:
+    """Print, for memsift's replays: the genre confusion matrix, the lookup/no-lookup split,
+    figures per language, and why each recall turn was or was not found."""
+    pairs = [(t, line) for conv, lines in runs for t, line in zip(conv.turns, lines)]
+    short = {g: "".join(w[0] for w in g.split("_")) for g in GENRES}
+    print("\ngenre confusion (rows: labelled, columns: predicted)", file=out)
+    print(" " * 24 + "".join(f"{short[g]:>5}" for g in GENRES), file=out)
+    for g in GENRES:
+        row = [sum(1 for t, line in pairs if t.genre == g and line["genre"] == p) for p in GENRES]
+        print(f"{g:<24}" + "".join(f"{n:>5}" for n in row), file=out)
+    split = sum((t.genre in LOOKUP) == (line["genre"] in LOOKUP) for t, line in pairs)
+    print(f"lookup / no-lookup split by predicted genre: {split}/{len(pairs)}", file=out)
+    gate = [next((s for s in line["trace"] if s["step"] == "genre"), {}) for _, line in pairs]
+    opened = sum(1 for g in gate if g.get("lookup_p", 0) >= 0.5)
+    print(f"gate opened on {opened}/{len(pairs)} turns", file=out)
+
+    print("\nper language", file=out)
+    for lang in sorted({conv.language for conv, _ in runs}):
+        total = Figures(lang)
+        for conv, lines in runs:
+            if conv.language == lang:
+                total.add(score(conv, lines, lang))
+        print(total.row(), file=out)
+
+    outcome: dict[str, int] = {}
+    for t, line in pairs:
+        if not t.needs_recall:
+            continue
+        ids = {i["id"] for i in line["injected"]}
+        steps = {s["step"]: s for s in line["trace"]}
+        judged = [c["id"] for s in line["trace"] for c in s.get("candidates", [])]
+        if ids & set(t.expected):
+            why = "found"
+        elif ids:
+            why = "wrong item pasted"
+        elif "notes" not in steps:
+            why = "gate closed"
+        elif set(judged) & set(t.expected):
+            why = "judged, said no (or already said)"
+        elif "topic" in steps and "passages" not in steps:
+            why = "topic gate stopped, answer not in notes shortlist"
+        else:
+            why = "answer not shortlisted"
+        outcome[why] = outcome.get(why, 0) + 1
+    print("\nrecall turns by outcome: " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.items())), file=out)
+
+
+def run_eval(
+    paths: list[str], pipelines: list[str], replay_file: IO[str] | None, out: IO[str], show_details: bool = False
+) -> dict[str, Figures]:
     """`memsift eval`: replay and score every conversation, print the table, return the totals."""
     from ..classifiers.embedded import EmbeddedChoiceModel
 
+    files = conversation_paths(paths)  # fails before the model loads
     model = EmbeddedChoiceModel()
     encoder = model.encoder
     print(f"memsift eval: decision model {model.name}", file=out)
     totals = {name: Figures(f"TOTAL {name}") for name in pipelines}
-    rows: list[str] = []
-    for path in conversation_paths(paths):
+    runs: list[tuple[Conversation, list[dict]]] = []
+    for path in files:
         conv = load_conversation(path)
         lines = replay(conv, pipelines, model, encoder)
+        if "memsift" in lines:
+            runs.append((conv, lines["memsift"]))
         for name in pipelines:
             figures = score(conv, lines[name], f"{conv.id} {name}")
             totals[name].add(figures)
-            rows.append(figures.row())
             print(figures.row(), file=out, flush=True)
             if replay_file is not None:
                 for line in lines[name]:
                     replay_file.write(json.dumps(line, ensure_ascii=False) + "\n")
     for name in pipelines:
         print(totals[name].row(), file=out)
+    if show_details and runs:
+        details(runs, out)
     return totals

@@ -24,7 +24,7 @@ def _eval(args: argparse.Namespace) -> int:
     pipelines = ["memsift", "origin"] if args.pipeline == "both" else [args.pipeline]
     replay_file = open(args.replay, "w", encoding="utf-8") if args.replay else None
     try:
-        run_eval(args.paths, pipelines, replay_file, sys.stdout)
+        run_eval(args.paths, pipelines, replay_file, sys.stdout, show_details=args.details)
     except ConversationError as exc:
         print(f"memsift eval: {exc}", file=sys.stderr)
         return 1
@@ -34,23 +34,27 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(project: str):
+def _store(project: str, encoder=None):
     from .config import project_dir, project_root
     from .notes import NoteStore
 
     root = project_root(project)
-    return NoteStore(project_dir(root), root.name)
+    return NoteStore(project_dir(root), root.name, encoder=encoder)
 
 
 def _notes_add(args: argparse.Namespace) -> int:
     from .notes import Note, NotesFormatError
 
+    store = _store(args.project)
     try:
-        (note,) = _store(args.project).add([Note("", args.date, args.kind, args.text)])
+        (note,) = store.add([Note("", args.date, args.kind, args.text)])
     except (NotesFormatError, ValueError) as exc:
         print(f"memsift notes add: {exc}", file=sys.stderr)
         return 1
-    print(f"{note.id} · {note.date} · {note.kind}")
+    print(f"{note.id} · {note.date} · {note.kind}  ({store.markdown})")
+    for old in store.notes():
+        if old.superseded_by == note.id:
+            print(f"  supersedes {old.id}: {old.text[:70]}")
     return 0
 
 
@@ -74,10 +78,15 @@ def _recall(args: argparse.Namespace) -> int:
     from .classifiers.embedded import EmbeddedChoiceModel
     from .recall import Recaller
 
+    from .notes import NotesFormatError
+
     model = EmbeddedChoiceModel()
-    store = _store(args.project)
-    store._encoder = model.encoder
-    result = Recaller(model, model.encoder, store, None).recall(args.message)
+    store = _store(args.project, model.encoder)
+    try:
+        result = Recaller(model, model.encoder, store, None).recall(args.message)
+    except NotesFormatError as exc:
+        print(f"memsift recall: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps({"genre": result.genre, "pasted": [i.id for i in result.items], "ms": round(result.ms, 1),
                       "trace": result.trace}, ensure_ascii=False, indent=1))
     if result.text:
@@ -86,34 +95,40 @@ def _recall(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="memsift", description="Memory for coding agents that decides before it searches.")
+    parser.add_argument("--version", action="version", version=f"memsift {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("hook", help="run a host hook (reads the host's JSON on stdin; always exits 0)")
-    p.add_argument("event", help="user-prompt-submit")
+    p = sub.add_parser("hook", help="run a host hook: reads the host's JSON on stdin, prints the context to add; always exits 0")
+    p.add_argument("event", choices=["user-prompt-submit"], help="the hook event (Claude Code's UserPromptSubmit)")
     p.set_defaults(func=_hook)
 
-    p = sub.add_parser("eval", help="replay test conversations and print the figures of eval/FORMAT.md")
+    p = sub.add_parser("eval", help="replay test conversations (memsift-conversation/1 JSON) and print their figures")
     p.add_argument("paths", nargs="+", help="conversation files or folders of them")
     p.add_argument("--replay", metavar="FILE", help="write the per-turn JSONL replay here")
     p.add_argument("--pipeline", choices=["memsift", "origin", "both"], default="both",
                    help="memsift's cascade, the origin baseline (top 5 on every message), or both (default)")
+    p.add_argument("--details", action="store_true",
+                   help="also print the genre confusion matrix, figures per language and recall outcomes")
     p.set_defaults(func=_eval)
 
     p = sub.add_parser("recall", help="run the cascade on one message and print its trace")
-    p.add_argument("message")
+    p.add_argument("message", help="the message, as you would type it to the agent")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_recall)
 
     notes = sub.add_parser("notes", help="the project's local notes").add_subparsers(dest="notes_command", required=True)
     p = notes.add_parser("add", help="add a note (the notes it replaces are marked superseded)")
-    p.add_argument("text")
-    p.add_argument("--kind", required=True, choices=["decision", "constraint", "incident", "convention", "context"])
+    p.add_argument("text", help="the note: a choice and its reason, a constraint, an incident and its fix, ...")
+    p.add_argument("--kind", required=True, choices=["decision", "constraint", "incident", "convention", "context"],
+                   help="what the note records")
     p.add_argument("--date", default=dt.date.today().isoformat(), help="YYYY-MM-DD (default: today)")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_add)
-    p = notes.add_parser("list", help="print the notes")
-    p.add_argument("--project", default=os.getcwd())
+    p = notes.add_parser("list", help="print the notes file's path and its notes")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_list)
     return parser
 

@@ -30,7 +30,7 @@ def project_root(cwd: str | os.PathLike[str]) -> Path:
 def project_dir(root: Path, home: Path | None = None) -> Path:
     """The folder holding one project's notes and index: `<home>/projects/<name>-<hash8>`."""
     digest = hashlib.sha1(str(root).encode("utf-8")).hexdigest()[:8]
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", root.name or "root").strip("-") or "root"
+    name = re.sub(r"[^\w.-]+", "-", root.name or "root").strip("-") or "root"
     return (home or memsift_home()) / "projects" / f"{name}-{digest}"
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,10 @@ def parse_input(raw: bytes) -> dict[str, Any]:
     for key in ("prompt", "cwd"):
         if not isinstance(payload.get(key), str):
             raise HookInputError(f"field {key!r} missing or not a string")
+    # JSON may carry lone surrogates ("\\ud800"), which UTF-8 cannot encode
+    payload["prompt"] = payload["prompt"].encode("utf-8", "replace").decode("utf-8")
+    if not isinstance(payload.get("transcript_path"), str):
+        payload["transcript_path"] = ""
     return payload
 
 
@@ -82,16 +87,24 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> str | None:
     model = EmbeddedChoiceModel()
     notes = NoteStore(folder, root.name, encoder=model.encoder)
     backend = SQLiteBackend(folder / "passages.sqlite", model.encoder) if (folder / "passages.sqlite").exists() else None
-    previous, seen = read_transcript(payload.get("transcript_path") or "", settings.context_turns)
-    ledger = Ledger(home / "ledger.sqlite")
+    previous, seen = read_transcript(payload["transcript_path"], settings.context_turns)
+    scope = f"{session}:{folder.name}"  # item ids are per project
     try:
-        result = Recaller(model, model.encoder, notes, backend, settings).recall(
-            prompt, previous, ledger.pasted(session) | seen
-        )
-        if result.items:
-            ledger.record(session, [i.id for i in result.items])
+        ledger = Ledger(home / "ledger.sqlite")
+        seen |= ledger.pasted(scope)
+    except sqlite3.Error as exc:  # e.g. a read-only home: recall still works, minus the ledger
+        log.warning("ledger unavailable (%s): relying on the transcript alone", exc)
+        ledger = None
+    try:
+        result = Recaller(model, model.encoder, notes, backend, settings).recall(prompt, previous, seen)
+        if result.items and ledger is not None:
+            try:
+                ledger.record(scope, [i.id for i in result.items])
+            except sqlite3.Error as exc:
+                log.warning("could not record pasted ids in the ledger: %s", exc)
     finally:
-        ledger.close()
+        if ledger is not None:
+            ledger.close()
         if backend is not None:
             backend.close()
     log.info(

@@ -1,7 +1,8 @@
 """The per-session ledger: which items memsift already pasted, so none is pasted twice.
 
-One SQLite file under the memsift home (WAL, 10 s busy timeout), keyed by session id, so
-several sessions and parallel hooks can write at once. The eval replay uses `:memory:`.
+One SQLite file under the memsift home (WAL, 10 s busy timeout), keyed by a scope (the
+hook uses "<session id>:<project folder>", since item ids are per project), so several
+sessions and parallel hooks can write at once. The eval replay uses `:memory:`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 
 class Ledger:
-    """Pasted item ids per session id."""
+    """Pasted item ids per scope (a session, or a session and a project)."""
 
     def __init__(self, path: Path | str) -> None:
         if str(path) != ":memory:":
@@ -21,20 +22,20 @@ class Ledger:
         self.db.executescript(
             """
             PRAGMA journal_mode = WAL;
-            CREATE TABLE IF NOT EXISTS pasted (session TEXT, item TEXT, at REAL,
-                PRIMARY KEY (session, item));
+            CREATE TABLE IF NOT EXISTS pasted (scope TEXT, item TEXT, at REAL,
+                PRIMARY KEY (scope, item));
             """
         )
 
-    def pasted(self, session: str) -> set[str]:
-        """Ids pasted so far in `session`."""
-        return {r[0] for r in self.db.execute("SELECT item FROM pasted WHERE session = ?", (session,))}
+    def pasted(self, scope: str) -> set[str]:
+        """Ids pasted so far in `scope`."""
+        return {r[0] for r in self.db.execute("SELECT item FROM pasted WHERE scope = ?", (scope,))}
 
-    def record(self, session: str, items: list[str]) -> None:
-        """Remember that `items` were pasted in `session`."""
+    def record(self, scope: str, items: list[str]) -> None:
+        """Remember that `items` were pasted in `scope`."""
         with self.db:
             self.db.executemany(
-                "INSERT OR IGNORE INTO pasted VALUES (?, ?, ?)", [(session, i, time.time()) for i in items]
+                "INSERT OR IGNORE INTO pasted VALUES (?, ?, ?)", [(scope, i, time.time()) for i in items]
             )
 
     def close(self) -> None:

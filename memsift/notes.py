@@ -21,6 +21,7 @@ notes at once never lose or corrupt one.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import logging
 import os
@@ -65,52 +66,103 @@ class Note:
         return self.superseded_by is None
 
 
-def parse_markdown(text: str, source: str = "notes.md") -> list[Note]:
-    """Read the notes of a Markdown file. Raises `NotesFormatError` on a bad note header."""
+@dataclass(frozen=True)
+class NotesFile:
+    """A parsed notes file: the text before the first note (kept verbatim), the notes, and
+    the problems found when read leniently."""
+
+    preamble: str
+    notes: list[Note]
+    problems: list[str]
+
+
+def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> NotesFile:
+    """Read a notes Markdown file.
+
+    Strict (before any write): a `## ` line that is not a valid note header, or an id used
+    twice, raises `NotesFormatError` naming the file and line, so that nothing is rewritten
+    from a file memsift misread. Lenient (for recall): such a line stays in the text of the
+    note above it, a repeated id is skipped, and each problem is listed in `problems`.
+    """
+    text = text.removeprefix("\ufeff")
     notes: list[Note] = []
+    problems: list[str] = []
+    preamble: list[str] = []
     current: dict | None = None
     body: list[str] = []
+    seen: set[str] = set()
 
     def close() -> None:
-        if current is not None:
-            notes.append(Note(text="\n".join(body).strip(), **current))
+        if current is None:
+            return
+        if current["id"] in seen:
+            problem = f"{source}:{current['line']}: note id {current['id']} appears twice"
+            if strict:
+                raise NotesFormatError(problem)
+            problems.append(problem + " (the second is ignored)")
+            return
+        seen.add(current["id"])
+        fields = {k: v for k, v in current.items() if k != "line"}
+        notes.append(Note(text="\n".join(body).strip(), **fields))
 
     for lineno, line in enumerate(text.splitlines(), 1):
-        if line.startswith("## "):
+        m = _HEADER.match(line.rstrip()) if line.startswith("## ") else None
+        problem = None
+        if line.startswith("## ") and not m:
+            problem = f"{source}:{lineno}: expected '## <id> · <YYYY-MM-DD> · <kind>', got {line!r}"
+        elif m and m["kind"] not in KINDS:
+            problem = f"{source}:{lineno}: kind {m['kind']!r} is not one of {', '.join(KINDS)}"
+        if problem:
+            if strict:
+                raise NotesFormatError(problem)
+            problems.append(problem + " (read as text)")
+            m = None
+        if m:
             close()
-            m = _HEADER.match(line.rstrip())
-            if not m:
-                raise NotesFormatError(
-                    f"{source}:{lineno}: expected '## <id> · <YYYY-MM-DD> · <kind>', got {line!r}"
-                )
-            if m["kind"] not in KINDS:
-                raise NotesFormatError(f"{source}:{lineno}: kind {m['kind']!r} is not one of {', '.join(KINDS)}")
-            current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"]}, []
+            current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"], "line": lineno}, []
         elif current is not None:
             body.append(line)
+        else:
+            preamble.append(line)
     close()
-    seen: set[str] = set()
-    for note in notes:
-        if note.id in seen:
-            raise NotesFormatError(f"{source}: note id {note.id} appears twice")
-        seen.add(note.id)
-    return notes
+    return NotesFile("\n".join(preamble).rstrip(), notes, problems)
 
 
-def render_markdown(title: str, notes: Iterable[Note]) -> str:
-    """The Markdown file for `notes`, in the order given."""
-    out = [
+def default_preamble(title: str) -> str:
+    return "\n".join([
         f"# memsift notes: {title}",
         "",
         "<!-- One section per note. Edit the text freely; keep each header line's shape:",
-        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · superseded by <id>] -->",
-    ]
+        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · superseded by <id>]",
+        "     Text above the first note is kept as it is. -->",
+    ])
+
+
+def render_markdown(preamble: str, notes: Iterable[Note]) -> str:
+    """The Markdown file: `preamble` verbatim, then `notes` in the order given."""
+    out = [preamble]
     for n in notes:
         head = f"## {n.id} · {n.date} · {n.kind}"
         if n.superseded_by:
             head += f" · superseded by {n.superseded_by}"
         out += ["", head, n.text.strip()]
     return "\n".join(out) + "\n"
+
+
+def check_note(note: Note) -> None:
+    """Raise `ValueError` for a note memsift could not write and read back as it is."""
+    if note.kind not in KINDS:
+        raise ValueError(f"kind {note.kind!r} is not one of {', '.join(KINDS)}")
+    try:
+        dt.date.fromisoformat(note.date)
+    except ValueError:
+        raise ValueError(f"date {note.date!r} is not YYYY-MM-DD") from None
+    if not note.text.strip():
+        raise ValueError("the note's text is empty")
+    if any(line.startswith("## ") for line in note.text.splitlines()):
+        raise ValueError("a line of the text starts with '## ', which the notes file keeps for note headers")
+    if note.id and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", note.id):
+        raise ValueError(f"id {note.id!r} must be letters, digits, '.', '_' or '-'")
 
 
 def atomic_write(path: Path, data: str) -> None:
@@ -171,45 +223,67 @@ class NoteStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         return FileLock(str(self.folder / "notes.lock"), timeout=LOCK_TIMEOUT_S)
 
+    def read(self, strict: bool = True) -> NotesFile:
+        """The parsed Markdown (see `parse_markdown`); an empty file when there is none.
+
+        Raises `NotesFormatError` for a file that is not UTF-8, or (strict) badly formed.
+        """
+        try:
+            raw = self.markdown.read_bytes()
+        except FileNotFoundError:
+            return NotesFile(default_preamble(self.title), [], [])
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NotesFormatError(f"{self.markdown}: not UTF-8 ({exc})") from None
+        return parse_markdown(text, str(self.markdown), strict=strict)
+
     def notes(self) -> list[Note]:
         """Every note in the Markdown, superseded ones included. [] when there is no file."""
-        try:
-            text = self.markdown.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        return parse_markdown(text, str(self.markdown))
+        return self.read().notes
 
     def add(self, new: Iterable[Note], *, link_supersession: bool = True) -> list[Note]:
         """Append notes (an empty `id` gets the next `N<nnn>`), mark the notes they replace, reindex.
 
         Supersession is decided here, once, when a note is written (`memsift.supersession`),
-        never at recall time. Returns the notes as stored. Raises `NotesFormatError` if the
-        existing Markdown cannot be read (it is left untouched) and `ValueError` for a bad
-        kind or a duplicate id.
+        never at recall time. Ids are never reused, even after a note is deleted by hand.
+        Returns the notes as stored. Raises `NotesFormatError` if the existing Markdown
+        cannot be read (it is left untouched) and `ValueError` for a note that cannot be
+        written as given (see `check_note`), a duplicate id, or a text already noted.
         """
         from .supersession import link_superseded
 
         with self._lock():
-            existing = self.notes()
+            current = self.read()
+            existing = current.notes
             ids = {n.id for n in existing}
-            counter = 1 + max((int(m[1]) for n in existing if (m := re.fullmatch(r"N(\d+)", n.id))), default=0)
+            texts = {n.text: n.id for n in existing if n.active}
+            high_water = self.folder / "last_id"
+            last = int(high_water.read_text().strip() or 0) if high_water.exists() else 0
+            counter = 1 + max([last] + [int(m[1]) for n in existing if (m := re.fullmatch(r"N(\d+)", n.id))])
             added: list[Note] = []
             for note in new:
-                if note.kind not in KINDS:
-                    raise ValueError(f"kind {note.kind!r} is not one of {', '.join(KINDS)}")
+                note = replace(note, text=note.text.strip())
+                check_note(note)
                 if not note.id:
                     while f"N{counter:03d}" in ids:
                         counter += 1
                     note = replace(note, id=f"N{counter:03d}")
                 if note.id in ids:
                     raise ValueError(f"note id {note.id} already exists")
+                if note.text in texts:
+                    raise ValueError(f"this text is already noted as {texts[note.text]}")
                 ids.add(note.id)
-                added.append(replace(note, text=note.text.strip()))
+                texts[note.text] = note.id
+                added.append(note)
             vectors = self._vectors(existing + added)
             notes = existing + added
             if link_supersession and added:
                 notes = link_superseded(notes, vectors, new_ids={n.id for n in added})
-            atomic_write(self.markdown, render_markdown(self.title, notes))
+            atomic_write(self.markdown.resolve(), render_markdown(current.preamble, notes))
+            numbers = [int(m[1]) for n in added if (m := re.fullmatch(r"N(\d+)", n.id))]
+            if numbers:
+                atomic_write(high_water, f"{max([last] + numbers)}\n")
             self._write_index(notes, vectors)
             by_id = {n.id: n for n in notes}
             return [by_id[n.id] for n in added]
@@ -239,7 +313,7 @@ class NoteStore:
         return {sha: np.frombuffer(blob, dtype=np.float32) for sha, blob in rows}
 
     def _write_index(self, notes: list[Note], vectors: dict[str, np.ndarray]) -> None:
-        md_sha = text_hash(self.markdown.read_text(encoding="utf-8")) if self.markdown.exists() else ""
+        md_sha = self._markdown_hash()
         fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".sqlite", dir=self.folder)
         os.close(fd)
         try:
@@ -257,10 +331,12 @@ class NoteStore:
                     "INSERT INTO meta VALUES (?, ?)",
                     [("markdown_sha", md_sha), ("encoder", self.encoder.name)],
                 )
+                ids = {n.id for n in notes}
                 db.executemany(
                     "INSERT INTO notes (id, date, kind, superseded_by, text, sha, vector) VALUES (?,?,?,?,?,?,?)",
-                    [
-                        (n.id, n.date, n.kind, n.superseded_by, n.text, text_hash(n.text),
+                    [  # a link to a note deleted by hand no longer hides anything
+                        (n.id, n.date, n.kind, n.superseded_by if n.superseded_by in ids else None,
+                         n.text, text_hash(n.text),
                          np.asarray(vectors[text_hash(n.text)], dtype=np.float32).tobytes())
                         for n in notes
                     ],
@@ -271,11 +347,17 @@ class NoteStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def _markdown_hash(self) -> str:
+        try:
+            return hashlib.sha1(self.markdown.read_bytes()).hexdigest()
+        except FileNotFoundError:
+            return ""
+
     def _fresh_index(self) -> Path | None:
         """The index path, rebuilt first if the Markdown changed since (for example by hand)."""
         if not self.markdown.exists():
             return None
-        md_sha = text_hash(self.markdown.read_text(encoding="utf-8"))
+        md_sha = self._markdown_hash()
         if self.index_path.exists():
             try:
                 with sqlite3.connect(f"file:{self.index_path}?mode=ro", uri=True) as db:
@@ -286,9 +368,11 @@ class NoteStore:
             except sqlite3.Error as exc:
                 log.warning("notes index %s unreadable (%s): rebuilding", self.index_path, exc)
         with self._lock():
-            notes = self.notes()
-            log.info("notes changed outside memsift: reindexing %d notes in %s", len(notes), self.folder)
-            self._write_index(notes, self._vectors(notes))
+            current = self.read(strict=False)
+            for problem in current.problems:
+                log.warning("%s", problem)
+            log.info("notes changed outside memsift: reindexing %d notes in %s", len(current.notes), self.folder)
+            self._write_index(current.notes, self._vectors(current.notes))
         return self.index_path
 
     def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset()) -> NoteHits:

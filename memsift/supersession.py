@@ -6,7 +6,8 @@ false swaps). So a link needs three things at once:
 
 1. the two notes are each other's nearest neighbour in time order (the new note's nearest
    older note, and the older note's nearest newer note);
-2. their cosine is at least `MIN_COSINE`;
+2. their cosine is at least `MIN_COSINE` and they share at least `MIN_SHARED` content
+   words (the same subject named, not just the same register);
 3. the new note says that something changed: it contains a change cue ("moved from",
    "instead of", "no longer", "remplace", "nicht mehr", "ya no", "改为", ...).
 
@@ -22,9 +23,11 @@ from typing import Mapping
 
 import numpy as np
 
+from .classifiers.features import content_tokens
 from .notes import Note, text_hash
 
-MIN_COSINE = 0.86
+MIN_COSINE = 0.88
+MIN_SHARED = 2
 
 _CUES = [
     # en
@@ -80,6 +83,7 @@ def link_superseded(
             continue
         j = max(older, key=lambda j: sims[i, j])
         newer_than_j = [m for m in range(len(active)) if when[m] > when[j]]
-        if sims[i, j] >= MIN_COSINE and max(newer_than_j, key=lambda m: sims[j, m]) == i:
+        shared = len(content_tokens(new.text) & content_tokens(active[j].text))
+        if sims[i, j] >= MIN_COSINE and shared >= MIN_SHARED and max(newer_than_j, key=lambda m: sims[j, m]) == i:
             links[active[j].id] = new.id
     return [replace(n, superseded_by=links[n.id]) if n.id in links else n for n in notes]

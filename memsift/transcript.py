@@ -9,7 +9,9 @@ Only the tail of the file is read, so a long session costs the same as a short o
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +40,14 @@ def _texts(content) -> str:
 def read_transcript(path: str | Path, max_turns: int) -> tuple[list[Turn], set[str]]:
     """The last `max_turns` turns, oldest first, and the ids memsift pasted in the session.
 
-    A missing or unreadable file gives `([], set())`: the transcript is context, never required.
+    A missing or unreadable file, or anything but a regular file (a FIFO or a device would
+    block or never end), gives `([], set())`: the transcript is context, never required.
     """
+    if not isinstance(path, (str, Path)) or not str(path):
+        return [], set()
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return [], set()
         with open(path, "rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
@@ -67,7 +74,9 @@ def read_transcript(path: str | Path, max_turns: int) -> tuple[list[Turn], set[s
             continue
         if kind not in ("user", "assistant") or entry.get("isMeta") or entry.get("isSidechain"):
             continue
-        message = entry.get("message") or {}
+        message = entry.get("message")
+        if not isinstance(message, dict):
+            continue
         text = _WRAPPER.sub("", _texts(message.get("content"))).strip()
         if not text:
             continue

@@ -91,15 +91,37 @@ def test_non_ascii_prompt_is_decoded_as_utf8(project):
         json.loads(done.stdout.decode("ascii"))  # escaped JSON, whatever the console encoding
 
 
-def test_internal_error_exits_0_and_logs_traceback(project, memsift_home):
+def test_bad_note_header_is_logged_and_recall_goes_on(project, memsift_home):
     notes_md = next((memsift_home / "projects").glob("shop-*")) / "notes.md"
     notes_md.write_text(notes_md.read_text(encoding="utf-8") + "\n## broken · header\n", encoding="utf-8")
     done = hook(payload(ASK, project))
+    assert done.returncode == 0 and b"N001" in done.stdout
+    assert "expected '## <id>" in log_text(memsift_home)
+
+
+def test_internal_error_exits_0_and_logs_why(project, memsift_home):
+    notes_md = next((memsift_home / "projects").glob("shop-*")) / "notes.md"
+    notes_md.write_bytes(notes_md.read_bytes() + "\ncaf\xe9 in Latin-1\n".encode("latin-1"))
+    done = hook(payload(ASK, project))
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-    assert "NotesFormatError" in log_text(memsift_home)
+    assert "NotesFormatError" in log_text(memsift_home) and "not UTF-8" in log_text(memsift_home)
 
 
 def test_project_without_memory_loads_no_model(tmp_path, memsift_home):
     done = hook(payload("which payment provider did we pick?", tmp_path))
     assert (done.returncode, done.stdout) == (0, b"")
     assert "no memory yet" in log_text(memsift_home)
+
+
+def test_transcript_that_is_a_fifo_does_not_block(project, tmp_path):
+    fifo = tmp_path / "transcript.jsonl"
+    os.mkfifo(fifo)
+    done = hook(payload(ASK, project, transcript_path=str(fifo)))
+    assert done.returncode == 0 and b"N001" in done.stdout
+
+
+def test_odd_transcript_lines_and_lone_surrogates(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text('{"type": "user", "message": "not a dict"}\n[1]\n', encoding="utf-8")
+    done = hook(payload(ASK + " \ud800", project, transcript_path=str(transcript)))  # JSON escape of a lone surrogate
+    assert done.returncode == 0 and b"N001" in done.stdout

@@ -21,7 +21,9 @@ def test_markdown_round_trip():
         Note("N01", "2026-06-02", "decision", "Payments go through Stripe.", superseded_by="N02"),
         Note("N02", "2026-09-01", "decision", "Payments moved from Stripe to Adyen.\nSecond line."),
     ]
-    assert parse_markdown(render_markdown("shop", notes)) == notes
+    parsed = parse_markdown(render_markdown("# my notes\n\nfree text stays", notes))
+    assert parsed.notes == notes
+    assert parsed.preamble == "# my notes\n\nfree text stays"
 
 
 def test_bad_header_names_file_and_line():
@@ -30,6 +32,10 @@ def test_bad_header_names_file_and_line():
         parse_markdown(text)
     with pytest.raises(NotesFormatError, match="kind 'idea'"):
         parse_markdown("## N01 · 2026-06-02 · idea\nx\n")
+    lenient = parse_markdown(text, strict=False)  # recall reads on, keeping the line as text
+    assert [n.id for n in lenient.notes] == ["N01"]
+    assert "## N02 2026-06-03 decision" in lenient.notes[0].text
+    assert "notes.md:6" in lenient.problems[0]
 
 
 def test_add_assigns_ids_and_searches(tmp_path, encoder):
@@ -123,3 +129,56 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert len({t.split(" · ")[0] for t in texts}) == 20  # 20 distinct ids
     store = NoteStore(project_dir(project_root(project)), encoder=None)
     assert len(store.notes()) == 20
+
+
+def test_text_outside_notes_and_a_bom_survive_a_write(tmp_path, encoder):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    store.folder.mkdir(parents=True)
+    store.markdown.write_text("\ufeff# our notes\n\nkeep this line\n\n## N1 · 2026-01-01 · decision\nfirst\n### a subheading\nmore\n",
+                              encoding="utf-8")
+    store.add([Note("", "2026-01-02", "context", "second")])
+    text = store.markdown.read_text(encoding="utf-8")
+    assert "keep this line" in text and "### a subheading\nmore" in text
+    assert [n.id for n in store.notes()] == ["N1", "N002"]
+
+
+@pytest.mark.parametrize("note, error", [
+    (Note("", "29/11/2026", "context", "x"), "YYYY-MM-DD"),
+    (Note("", "2026-11-29", "context", "   "), "empty"),
+    (Note("", "2026-11-29", "context", "Checklist:\n## Steps\n1. tag"), "'## '"),
+    (Note("", "2026-11-29", "idea", "x"), "kind"),
+])
+def test_notes_that_could_not_be_read_back_are_refused(tmp_path, encoder, note, error):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    with pytest.raises(ValueError, match=error):
+        store.add([note])
+    assert not store.markdown.exists()
+
+
+def test_ids_are_never_reused_and_duplicates_refused(tmp_path, encoder):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    store.add([Note("", "2026-01-01", "context", "one"), Note("", "2026-01-01", "context", "two")])
+    text = store.markdown.read_text(encoding="utf-8")
+    store.markdown.write_text(text[: text.index("## N002")], encoding="utf-8")  # the user deletes N002
+    (added,) = store.add([Note("", "2026-01-02", "context", "three")])
+    assert added.id == "N003"
+    with pytest.raises(ValueError, match="already noted as N001"):
+        store.add([Note("", "2026-01-03", "context", "one")])
+
+
+def test_a_link_to_a_deleted_note_hides_nothing(tmp_path, encoder):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    store.folder.mkdir(parents=True)
+    store.markdown.write_text("## N1 · 2026-01-01 · decision · superseded by N9\nEmail goes through SES.\n", encoding="utf-8")
+    q = encoder.query(["email"])[0]
+    assert [n.id for n in store.search(q, "email", k=3).notes] == ["N1"]
+
+
+def test_symlinked_notes_file_stays_a_symlink(tmp_path, encoder):
+    store = NoteStore(tmp_path / "p", "p", encoder=encoder)
+    store.folder.mkdir(parents=True)
+    target = tmp_path / "repo-notes.md"
+    target.write_text("# kept in the repo\n", encoding="utf-8")
+    store.markdown.symlink_to(target)
+    store.add([Note("", "2026-01-01", "context", "one")])
+    assert store.markdown.is_symlink() and "one" in target.read_text(encoding="utf-8")

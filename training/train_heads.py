@@ -10,8 +10,9 @@ see `training/README.md`):
 
 - `genre/<lang>.jsonl`: {"text", "genre", "topic", "lang"}: the `genre` and `keep_topic` heads;
 - `exchanges/<lang>.jsonl`: {"user", "assistant", "keep", "lang"}: the `keep_exchange` head;
-- `pairs/<lang>.jsonl`: project notes and messages labelled with the notes that answer them:
-  the relevance heads `note_answers` and `passage_answers`.
+- `pairs/<lang>*.jsonl`: project notes and passages, and messages labelled with the items
+  that answer them: the relevance heads `note_answers` (on notes) and `passage_answers` (on
+  passages, from the files that have them).
 
 Softmax heads are scikit-learn's `LogisticRegression` (balanced classes, C=16) on the
 message embedding plus six surface cues; a temperature is then fitted on cross-validated
@@ -97,16 +98,17 @@ def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str])
     }
 
 
-def pair_rows(encoder) -> tuple[np.ndarray, np.ndarray, float]:
-    """Features and labels of (message, shortlisted note) pairs, as the cascade would see them,
-    and the mean background cosine (the prior of `shrunk_background`)."""
+def pair_rows(encoder, tier: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Features and labels of (message, shortlisted item) pairs of one tier (`note` or
+    `passage`), as the cascade would see them, the message index of each pair, and the mean
+    background cosine (the prior of `shrunk_background`)."""
     rows = read("pairs")
-    notes = defaultdict(list)
+    items_by_project = defaultdict(list)
     for r in rows:
-        if r["type"] == "note":
-            notes[r["project"]].append(r)
+        if r["type"] == tier:
+            items_by_project[r["project"]].append(r)
     seen = []  # (query tokens, answers, items, item tokens, cosines)
-    for project, items in notes.items():
+    for project, items in sorted(items_by_project.items()):
         vectors = encoder.passage([n["text"] for n in items])
         tokens = [content_tokens(n["text"]) for n in items]
         queries = [r for r in rows if r["type"] == "query" and r["project"] == project]
@@ -117,7 +119,7 @@ def pair_rows(encoder) -> tuple[np.ndarray, np.ndarray, float]:
     for q, (qt, answers, items, tokens, cos) in enumerate(seen):
         background = shrunk_background(float(np.median(cos)), len(items), prior)
         shortlist = set(np.argsort(-cos)[:SHORTLIST]) | {i for i, n in enumerate(items) if n["id"] in answers}
-        for i in shortlist:
+        for i in sorted(shortlist):
             X.append(pair_features(float(cos[i]), background, qt, tokens[i]))
             y.append(items[i]["id"] in answers)
             query.append(q)
@@ -128,7 +130,7 @@ def operating_points(p: np.ndarray, y: np.ndarray, query: np.ndarray) -> None:
     """Simulate the notes step per message: paste the best candidate when its P >= t."""
     answerable = {q for q in set(query) if y[query == q].any()}
     n_ans, n_none = len(answerable), len(set(query)) - len(answerable)
-    for t in (0.2, 0.25, 0.3, 0.35, 0.4, 0.5):
+    for t in (0.3, 0.4, 0.5, 0.6):
         found = wrong = noise = 0
         for q in set(query):
             idx = np.flatnonzero(query == q)
@@ -143,26 +145,24 @@ def operating_points(p: np.ndarray, y: np.ndarray, query: np.ndarray) -> None:
         print(f"  per message at {t}: found {found}/{n_ans}, wrong {wrong}, pasted for nothing {noise}/{n_none}")
 
 
-def relevance_head(encoder) -> dict[str, np.ndarray]:
-    X, y, query, prior = pair_rows(encoder)
+def relevance_head(encoder, tier: str) -> dict[str, np.ndarray]:
+    """Fit the `note_answers` or `passage_answers` head on its tier's pairs."""
+    X, y, query, prior = pair_rows(encoder, tier)
     model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
     p = cross_val_predict(model, X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), method="predict_proba")[:, 1]
-    print(f"relevance: {len(y)} pairs ({y.sum()} answers), 5-fold pair AUC {roc_auc_score(y, p):.3f}, "
+    print(f"{tier}_answers: {len(y)} pairs ({y.sum()} answers), 5-fold pair AUC {roc_auc_score(y, p):.3f}, "
           f"cosine alone {roc_auc_score(y, X[:, 0]):.3f}, prior background {prior:.3f}")
-    for t in (0.3, 0.4, 0.5, 0.6, 0.7):
-        sel = p >= t
-        print(f"  threshold {t}: precision {y[sel].mean() if sel.any() else 0:.2f}, recall {y[sel].sum() / y.sum():.2f}")
     operating_points(p, y, query)
     model.fit(X, y)
     # the model was fitted on standardised features: fold the scaling into w and b
     w = model[-1].coef_[0] / model[0].scale_
     b = model[-1].intercept_[0] - float(np.sum(w * model[0].mean_))
-    arrays = {}
-    for name in ("note_answers", "passage_answers"):
-        arrays[f"{name}.w"] = w.astype(np.float32)
-        arrays[f"{name}.b"] = np.array(b, dtype=np.float32)
-        arrays[f"{name}.background"] = np.array(prior, dtype=np.float32)
-    return arrays
+    name = f"{tier}_answers"
+    return {
+        f"{name}.w": w.astype(np.float32),
+        f"{name}.b": np.array(b, dtype=np.float32),
+        f"{name}.background": np.array(prior, dtype=np.float32),
+    }
 
 
 def train(encoder_name: str, report_only: bool, only: str | None = None) -> None:
@@ -171,7 +171,7 @@ def train(encoder_name: str, report_only: bool, only: str | None = None) -> None
     out = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
     if only == "relevance":
         arrays = {k: v for k, v in np.load(out).items() if not k.startswith(("note_answers.", "passage_answers."))}
-        arrays |= relevance_head(encoder)
+        arrays |= relevance_head(encoder, "note") | relevance_head(encoder, "passage")
         if not report_only:
             np.savez_compressed(out, **arrays)
         return
@@ -186,7 +186,7 @@ def train(encoder_name: str, report_only: bool, only: str | None = None) -> None
     texts = [f"{e['user']}\n{e['assistant']}" for e in exchanges]
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
-    arrays |= relevance_head(encoder)
+    arrays |= relevance_head(encoder, "note") | relevance_head(encoder, "passage")
     if not report_only:
         np.savez_compressed(out, **arrays)
         print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KB)")
