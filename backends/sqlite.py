@@ -16,10 +16,11 @@ from typing import Sequence
 
 import numpy as np
 
+from ..classifiers.features import CJK_CHARS
 from .base import BackendUnavailable, Passage, SearchResult
 
 _FTS_WORD = re.compile(r"\w{3,}", re.UNICODE)
-_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_CJK_CHAR = re.compile(f"[{CJK_CHARS}]")
 
 
 def fts_query(text: str, limit: int = 24) -> str:

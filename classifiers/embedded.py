@@ -5,7 +5,8 @@ Question ids it answers (the id before the first `.` names the head):
 - `genre`, `keep_topic`: `state["message"]`;
 - `keep_exchange`: `state["exchange"]`;
 - `note_answers.<i>` / `passage_answers.<i>`: `state["message"]` against `state["notes"][i]`
-  or `state["passages"][i]` (each a string or a mapping with a `text`).
+  or `state["passages"][i]` (each a string or a mapping with a `text`, and optionally a
+  `date` and a `kind`), judged among the other items of that list (`shortlist_features`).
 
 `Request.local` may carry precomputed vectors so that nothing stored is embedded at query
 time: `query_vector` (d,), `note_vectors` / `passage_vectors` (n, d) aligned with the state's
@@ -22,7 +23,7 @@ import numpy as np
 
 from .base import Answer, Request, UnsupportedQuestion
 from .encoders import Encoder, load_encoder
-from .features import content_tokens, pair_features, shrunk_background
+from .features import shortlist_features, shrunk_background
 from .heads import LogisticHead, SoftmaxHead, load_heads
 
 _TEXT_KEYS = {"genre": "message", "keep_topic": "message", "keep_exchange": "exchange"}
@@ -78,20 +79,17 @@ class EmbeddedChoiceModel:
         local: Any,
         vectors: dict[str, np.ndarray],
     ) -> float:
-        message = str(state["message"])
-        items = state[tier]
-        q = self._query(message, vectors)
-        item_vectors = local.get(f"{tier[:-1]}_vectors")
-        if item_vectors is None:
-            key = f"{tier}:vectors"
-            if key not in vectors:
-                vectors[key] = self.encoder.passage([_item_text(x) for x in items])
-            item_vectors = vectors[key]
-        cos = item_vectors @ q
-        median = local.get(f"{tier[:-1]}_background")
-        count = local.get(f"{tier[:-1]}_count", len(items))
-        background = shrunk_background(float(np.median(cos)) if median is None else median, count, head.background)
-        feats = pair_features(
-            float(cos[i]), float(background), content_tokens(message), content_tokens(_item_text(items[i]))
-        )
-        return head.probability(feats)
+        key = f"{tier}:features"
+        if key not in vectors:  # the whole shortlist at once: each item is placed among the others
+            message = str(state["message"])
+            items = [x if isinstance(x, dict) else {"text": x} for x in state[tier]]
+            q = self._query(message, vectors)
+            item_vectors = local.get(f"{tier[:-1]}_vectors")
+            if item_vectors is None:
+                item_vectors = self.encoder.passage([_item_text(x) for x in items])
+            cos = item_vectors @ q
+            median = local.get(f"{tier[:-1]}_background")
+            count = local.get(f"{tier[:-1]}_count", len(items))
+            background = shrunk_background(float(np.median(cos)) if median is None else median, count, head.background)
+            vectors[key] = shortlist_features(cos, background, message, items)
+        return head.probability(vectors[key][i])

@@ -14,9 +14,10 @@ import numpy as np
 #: Characters of a message that the embedders read (e5-small reads at most 512 tokens).
 MAX_EMBED_CHARS = 2000
 
-_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
-_WORD = re.compile(rf"[^\W\d_]{{3,}}|\d+[a-z]+\w*|[{_CJK}]+", re.UNICODE)
-_CJK_RUN = re.compile(rf"[{_CJK}]+")
+#: Character ranges of scripts written without spaces (kana, CJK ideographs, Hangul).
+CJK_CHARS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+_WORD = re.compile(rf"[^\W\d_]{{3,}}|\d+[a-z]+\w*|[{CJK_CHARS}]+", re.UNICODE)
+_CJK_RUN = re.compile(rf"[{CJK_CHARS}]+")
 # Words so common in developer messages that sharing them says nothing (en, fr, de, es).
 _STOP = frozenset(
     """the and for with that this what was were are you your have has had not but did does
@@ -90,28 +91,62 @@ def shrunk_background(median: float, n: int, prior: float) -> float:
     return (n * median + w * prior) / (n + w)
 
 
-#: Names of the columns of `pair_features`, in order.
-PAIR_FEATURES = ("cos", "cos_margin", "overlap_message", "overlap_item", "shared_log")
+KINDS = ("decision", "constraint", "incident", "convention", "context")
+
+#: Names of the columns of `shortlist_features`, in order.
+PAIR_FEATURES = (
+    "cos", "cos_margin", "overlap_message", "overlap_item", "shared_log",
+    "rank", "below_top", "over_next", "newer_share", "log_length", "item_tokens",
+    *(f"kind_{k}" for k in KINDS),
+    *(f"cue_{i}" for i in range(6)),
+)
 
 
-def pair_features(
-    cos: float, background: float, message_tokens: set[str], item_tokens: set[str]
+def shortlist_features(
+    cosines: np.ndarray, background: float, message: str, items: list[dict]
 ) -> np.ndarray:
-    """Features of one (message, item) pair for the relevance judge, float32 (5,).
+    """Features of each (message, item) pair of a shortlist, float32 (n, len(PAIR_FEATURES)).
 
-    `cos` is the cosine of the message's query embedding and the item's passage embedding;
-    `background` is the median cosine of the message against every item of the same tier
-    (the per-query normaliser of `prototype.md`, section 3.2: cosine minus that median
-    separated answers best among single signals).
+    `cosines` (n,) are the message's query embedding against each item's passage embedding;
+    `background` is the median cosine of the message over the whole tier (the per-query
+    normaliser of `prototype.md`, section 3.2: cosine minus that median separated answers
+    best among single signals). Items are mappings with `text` and optionally `date` and
+    `kind`. Besides each pair's own cosine and word overlap, an item is placed among the
+    other candidates: its rank, how far below the best it is, how far above the next (the
+    background when it is alone), and how many candidates are older (a newer note on a
+    subject usually wins).
     """
-    shared = len(message_tokens & item_tokens)
-    return np.array(
-        [
-            cos,
-            cos - background,
-            shared / max(len(message_tokens), 1),
-            shared / max(len(item_tokens), 1),
-            math.log1p(shared),
-        ],
-        dtype=np.float32,
-    )
+    n = len(items)
+    message_tokens = content_tokens(message)
+    cues = cue_vector(message)
+    order = np.argsort(-cosines)
+    rank = np.empty(n, dtype=np.float32)
+    rank[order] = np.arange(n)
+    top = float(cosines[order[0]]) if n else 0.0
+    second = float(cosines[order[1]]) if n > 1 else background  # alone, it stands out from the typical item
+    dates = [str(it.get("date") or "") for it in items]
+    rows = []
+    for i, item in enumerate(items):
+        text = str(item.get("text", ""))
+        tokens = content_tokens(text)
+        shared = len(message_tokens & tokens)
+        cos = float(cosines[i])
+        kind = item.get("kind")
+        rows.append(np.concatenate([
+            [
+                cos,
+                cos - background,
+                shared / max(len(message_tokens), 1),
+                shared / max(len(tokens), 1),
+                math.log1p(shared),
+                rank[i],
+                top - cos,
+                cos - (second if rank[i] == 0 else top),
+                sum(d < dates[i] for d in dates) / max(n - 1, 1),
+                math.log1p(len(text)) / 8.0,
+                math.log1p(len(tokens)),
+            ],
+            [1.0 if kind == k else 0.0 for k in KINDS],
+            cues,
+        ]))
+    return np.array(rows, dtype=np.float32).reshape(n, len(PAIR_FEATURES))

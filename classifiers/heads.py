@@ -6,7 +6,7 @@
   `h.classes` (k,), `h.temperature` (), `h.cues` () - whether the six surface cues of
   `features.cue_vector` follow the embedding in the input;
 - a logistic head (`note_answers`, `passage_answers`): `h.w` (f,), `h.b` () over
-  `features.pair_features`, and `h.background` (): the mean background cosine in training,
+  `features.shortlist_features`, and `h.background` (): the mean background cosine in training,
   the prior of `features.shrunk_background`.
 """
 

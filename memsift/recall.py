@@ -206,7 +206,7 @@ class Recaller:
         if background is not None:
             local[f"{tier[:-1]}_background"], local[f"{tier[:-1]}_count"] = background
         questions = {f"{question_id}.{i}": prompt.for_item(i) for i in range(len(items))}
-        state = {"message": message, tier: [{"id": it.id, "date": it.date, "text": it.text} for it in items]}
+        state = {"message": message, tier: [{"id": it.id, "date": it.date, "kind": it.kind, "text": it.text} for it in items]}
         answers = self.model.decide(Request(state, questions, local))
         scored = []
         for i, item in enumerate(items):

@@ -17,8 +17,8 @@ see `training/README.md`):
 Softmax heads are scikit-learn's `LogisticRegression` (balanced classes, C=16) on the
 message embedding plus six surface cues; a temperature is then fitted on cross-validated
 logits (Guo et al., "On Calibration of Modern Neural Networks", 2017). The relevance head
-is a logistic regression over standardised `features.pair_features` (the scaling is folded
-into the shipped weights). Everything is deterministic.
+is a logistic regression over standardised `features.shortlist_features` (the scaling is
+folded into the shipped weights). Everything is deterministic.
 """
 
 from __future__ import annotations
@@ -31,19 +31,19 @@ from pathlib import Path
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from sklearn.model_selection import GroupKFold, StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from memsift.classifiers.encoders import load_encoder
-from memsift.classifiers.features import content_tokens, cue_vector, pair_features, shrunk_background
+from memsift.classifiers.features import cue_vector, shortlist_features, shrunk_background
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "training" / "data"
 
 LOOKUP = {"new_decision", "past_choice", "resume_work", "recurring_problem", "existing_code_task", "past_exchange"}
 C_SOFTMAX = 16.0
-SHORTLIST = 5
+SHORTLIST = 7  # the cascade judges the top 5 by cosine plus up to 2 by BM25
 
 
 def read(kind: str) -> list[dict]:
@@ -100,34 +100,37 @@ def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str])
 
 def pair_rows(encoder, tier: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Features and labels of (message, shortlisted item) pairs of one tier (`note` or
-    `passage`), as the cascade would see them, the message index of each pair, and the mean
-    background cosine (the prior of `shrunk_background`)."""
+    `passage`), as the cascade sees them: the top `SHORTLIST` items by cosine, judged among
+    each other, for the project's whole store and for a small store drawn from it. Also the message index of each pair, and the mean background cosine (the
+    prior of `shrunk_background`)."""
     rows = read("pairs")
     items_by_project = defaultdict(list)
     for r in rows:
         if r["type"] == tier:
             items_by_project[r["project"]].append(r)
-    seen = []  # (query tokens, answers, items, item tokens, cosines)
+    seen = []  # ("project:n", message, answers, items, cosines)
     for project, items in sorted(items_by_project.items()):
         vectors = encoder.passage([n["text"] for n in items])
-        tokens = [content_tokens(n["text"]) for n in items]
         queries = [r for r in rows if r["type"] == "query" and r["project"] == project]
         for q, qv in zip(queries, encoder.query([q["text"] for q in queries])):
-            seen.append((content_tokens(q["text"]), set(q["answers"]), items, tokens, vectors @ qv))
+            seen.append((f"{project}:{len(seen)}", q["text"], set(q["answers"]), items, vectors @ qv))
     prior = float(np.mean([np.median(cos) for *_, cos in seen]))
     X, y, query = [], [], []
-    for q, (qt, answers, items, tokens, cos) in enumerate(seen):
-        background = shrunk_background(float(np.median(cos)), len(items), prior)
-        shortlist = set(np.argsort(-cos)[:SHORTLIST]) | {i for i, n in enumerate(items) if n["id"] in answers}
-        for i in sorted(shortlist):
-            X.append(pair_features(float(cos[i]), background, qt, tokens[i]))
-            y.append(items[i]["id"] in answers)
-            query.append(q)
-    return np.array(X), np.array(y, dtype=int), np.array(query), prior
+    rng = np.random.default_rng(0)
+    for q, message, answers, items, cos in seen:
+        # the whole store, and a small store drawn from it (1-6 items): a new user has few notes
+        small = rng.choice(len(items), size=int(rng.integers(1, 7)), replace=False)
+        for name, pool in ((q, np.arange(len(items))), (q + ":small", small)):
+            background = shrunk_background(float(np.median(cos[pool])), len(pool), prior)
+            shortlist = pool[np.argsort(-cos[pool])[:SHORTLIST]]
+            X.append(shortlist_features(cos[shortlist], background, message, [items[i] for i in shortlist]))
+            y += [items[i]["id"] in answers for i in shortlist]
+            query += [name] * len(shortlist)
+    return np.vstack(X), np.array(y, dtype=int), np.array(query), prior
 
 
 def operating_points(p: np.ndarray, y: np.ndarray, query: np.ndarray) -> None:
-    """Simulate the notes step per message: paste the best candidate when its P >= t."""
+    """Simulate one tier of the cascade per message: paste the best candidate when its P >= t."""
     answerable = {q for q in set(query) if y[query == q].any()}
     n_ans, n_none = len(answerable), len(set(query)) - len(answerable)
     for t in (0.3, 0.4, 0.5, 0.6):
@@ -149,9 +152,10 @@ def relevance_head(encoder, tier: str) -> dict[str, np.ndarray]:
     """Fit the `note_answers` or `passage_answers` head on its tier's pairs."""
     X, y, query, prior = pair_rows(encoder, tier)
     model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
-    p = cross_val_predict(model, X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), method="predict_proba")[:, 1]
-    print(f"{tier}_answers: {len(y)} pairs ({y.sum()} answers), 5-fold pair AUC {roc_auc_score(y, p):.3f}, "
-          f"cosine alone {roc_auc_score(y, X[:, 0]):.3f}, prior background {prior:.3f}")
+    projects = [q.split(":")[0] for q in query]  # folds never split a project
+    p = cross_val_predict(model, X, y, groups=projects, cv=GroupKFold(5), method="predict_proba")[:, 1]
+    print(f"{tier}_answers: {len(y)} pairs ({y.sum()} answers in the shortlists), 5-fold pair AUC "
+          f"{roc_auc_score(y, p):.3f}, cosine alone {roc_auc_score(y, X[:, 0]):.3f}, prior background {prior:.3f}")
     operating_points(p, y, query)
     model.fit(X, y)
     # the model was fitted on standardised features: fold the scaling into w and b
