@@ -4,11 +4,11 @@ For one user message (`Recaller.recall`):
 
 1. genre: the decision model puts the message in one of eleven genres; unless the six
    lookup genres together reach `Settings.lookup_p`, nothing is pasted;
-2. local notes: retrieval shortlists active notes, each is judged alone ("does this note
+2. local notes: retrieval shortlists active notes, one question per note ("does this note
    answer the message?"); the best one that passes is pasted and the cascade stops;
 3. topic: if the message's subject is not a choice, a constraint or a problem, stop;
-4. passages: the passage backend (within its budget) shortlists passages, each judged alone;
-   those that pass are pasted;
+4. passages: the passage backend (within its budget) shortlists passages, one question
+   per passage; those that pass are pasted;
 5. format: a few framed lines, capped at `Settings.max_chars`.
 
 Items already pasted in the session (the ledger, and ids found in the transcript) and
@@ -177,8 +177,8 @@ class Recaller:
         except BackendUnavailable as exc:
             self._step(trace, "passages", t0, error=str(exc))
             return Recall(genre, [], "")
-        items = [Item(p.id, "passage", p.date, p.text) for p in found.passages if p.id not in pasted]
         keep = [i for i, p in enumerate(found.passages) if p.id not in pasted]
+        items = [Item(p.id, "passage", p.date, p.text) for p in (found.passages[i] for i in keep)]
         vectors = found.vectors[keep] if found.vectors is not None else None
         background = (found.background, found.count) if found.background is not None else None
         chosen = self._judge("passage_answers", message, items, vectors, background, qvec,
@@ -190,7 +190,8 @@ class Recaller:
         background: tuple[float, int] | None, qvec: np.ndarray, threshold: float, most: int,
         context: set[str], trace: list, t0: float,
     ) -> list[Item]:
-        """Judge each item alone; return up to `most` that pass, best first.
+        """Ask the question once per item (each judged among the shortlist); return up to
+        `most` items that pass and are not already said, best first.
 
         `background` is the tier's (median cosine, item count) when retrieval knows it.
         """
