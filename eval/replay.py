@@ -217,7 +217,7 @@ def details(runs: list[tuple[Conversation, list[dict]]], out: IO[str]) -> None:
     split = sum((t.genre in LOOKUP) == (line["genre"] in LOOKUP) for t, line in pairs)
     print(f"lookup / no-lookup split by predicted genre: {split}/{len(pairs)}", file=out)
     gate = [next((s for s in line["trace"] if s["step"] == "genre"), {}) for _, line in pairs]
-    opened = sum(1 for g in gate if g.get("lookup_p", 0) >= 0.5)
+    opened = sum(1 for g in gate if g.get("lookup_p", 0) >= Settings().lookup_p)
     print(f"gate opened on {opened}/{len(pairs)} turns", file=out)
 
     print("\nper language", file=out)

@@ -41,7 +41,7 @@ def test_no_lookup_genre_pastes_nothing_and_stops(stores, encoder, scripted):
     assert result.items == [] and result.text == ""
     assert steps(result) == ["genre"]
     assert model.asked == ["genre"]
-    assert result.trace[0]["lookup_p"] < 0.5
+    assert result.trace[0]["lookup_p"] < Settings().lookup_p
 
 
 def test_answering_note_is_pasted_and_cascade_stops(stores, encoder, scripted):
