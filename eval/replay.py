@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Iterator, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -156,6 +157,45 @@ def score(conv: Conversation, lines: list[dict], name: str) -> Figures:
     return f
 
 
+@contextmanager
+def conversation_stores(conv: Conversation, encoder, link_supersession: bool = True) -> Iterator[tuple[NoteStore, SQLiteBackend]]:
+    """Fresh stores in a temp folder holding the conversation's notes and passages.
+
+    Notes go in through `NoteStore.add`, the write path of `memsift notes add`, so the
+    notes they replace are marked superseded as they would be in use.
+    """
+    with tempfile.TemporaryDirectory(prefix=f"memsift-eval-{conv.id}-") as tmp:
+        notes = NoteStore(Path(tmp) / "notes", conv.id, encoder=encoder)
+        notes.add([Note(n.id, n.date, n.kind, n.text) for n in sorted(conv.notes, key=lambda n: n.date)],
+                  link_supersession=link_supersession)
+        backend = SQLiteBackend(Path(tmp) / "passages.sqlite", encoder)
+        backend.add([Passage(p.id, p.date, p.text) for p in conv.passages])
+        try:
+            yield notes, backend
+        finally:
+            backend.close()
+
+
+def replay_turns(conv: Conversation, recaller, name: str, use_ledger: bool = True, progress: bool = True) -> list[dict]:
+    """The FORMAT.md replay lines of one pipeline over one conversation, turn by turn,
+    with the previous turns as context and a per-session ledger (unless `use_ledger` is off)."""
+    from tqdm import tqdm
+
+    ledger = Ledger(":memory:")
+    lines, previous = [], []
+    for turn in tqdm(conv.turns, desc=f"{conv.id} {name}", disable=not progress, leave=False):
+        result = recaller.recall(turn.user, previous, ledger.pasted(conv.id) if use_ledger else set())
+        ledger.record(conv.id, [i.id for i in result.items])
+        lines.append({
+            "conversation": conv.id, "n": turn.n, "genre": result.genre,
+            "injected": result.item_chars(), "chars": len(result.text), "ms": round(result.ms, 1),
+            "pipeline": name, "trace": result.trace,
+        })
+        previous.append(Turn(turn.user, turn.assistant))
+    ledger.close()
+    return lines
+
+
 def replay(
     conv: Conversation,
     pipelines: list[str],
@@ -168,14 +208,8 @@ def replay(
 
     Returns the FORMAT.md replay lines per pipeline.
     """
-    from tqdm import tqdm
-
     out: dict[str, list[dict]] = {}
-    with tempfile.TemporaryDirectory(prefix=f"memsift-eval-{conv.id}-") as tmp:
-        notes = NoteStore(Path(tmp) / "notes", conv.id, encoder=encoder)
-        notes.add([Note(n.id, n.date, n.kind, n.text) for n in sorted(conv.notes, key=lambda n: n.date)])
-        backend = SQLiteBackend(Path(tmp) / "passages.sqlite", encoder)
-        backend.add([Passage(p.id, p.date, p.text) for p in conv.passages])
+    with conversation_stores(conv, encoder) as (notes, backend):
         for name in pipelines:
             if name == "memsift":
                 recaller = Recaller(model, encoder, notes, backend, settings)
@@ -183,20 +217,7 @@ def replay(
                 recaller = OriginRecaller(encoder, notes, backend)
             else:
                 raise ValueError(f"unknown pipeline {name!r}: use memsift or origin")
-            ledger = Ledger(":memory:")
-            lines, previous = [], []
-            for turn in tqdm(conv.turns, desc=f"{conv.id} {name}", disable=not progress, leave=False):
-                result = recaller.recall(turn.user, previous, ledger.pasted(conv.id))
-                ledger.record(conv.id, [i.id for i in result.items])
-                lines.append({
-                    "conversation": conv.id, "n": turn.n, "genre": result.genre,
-                    "injected": result.item_chars(), "chars": len(result.text), "ms": round(result.ms, 1),
-                    "pipeline": name, "trace": result.trace,
-                })
-                previous.append(Turn(turn.user, turn.assistant))
-            ledger.close()
-            out[name] = lines
-        backend.close()
+            out[name] = replay_turns(conv, recaller, name, progress=progress)
     return out
 
 
