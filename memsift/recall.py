@@ -21,6 +21,7 @@ with its decision, probabilities and time.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,12 +83,17 @@ HEADER = (
 
 
 def render(items: list[Item], max_chars: int) -> tuple[str, list[Item]]:
-    """The injected text and the items as pasted (texts cut to keep the total under `max_chars`)."""
+    """The injected text and the items as pasted (texts cut to keep the total under `max_chars`).
+
+    Each item's line breaks become spaces, so that every line of a paste carries its frame
+    and no stored line can pass for an instruction of its own.
+    """
     if not items:
         return "", []
     lines, pasted = [HEADER], []
     budget = max_chars - len(HEADER)
     for item in items:
+        item = Item(item.id, item.tier, item.date, " ".join(item.text.split()), item.kind)
         line = frame(item)
         room = budget - 1  # the newline
         if room <= len(frame(Item(item.id, item.tier, item.date, "", item.kind))) + 20:
@@ -237,6 +243,5 @@ class OriginRecaller:
         if self.backend is not None:
             found = self.backend.search(message, qvec, self.top, 12.0)
             scored += [(c, Item(p.id, "passage", p.date, p.text)) for p, c in zip(found.passages, found.cosines)]
-        items = [it for _, it in sorted(scored, key=lambda x: -x[0])[: self.top]]
-        text = "\n".join([HEADER] + [frame(i) for i in items]) if items else ""
+        text, items = render([it for _, it in sorted(scored, key=lambda x: -x[0])[: self.top]], sys.maxsize)
         return Recall(None, items, text, ms=(time.perf_counter() - start) * 1000)

@@ -125,3 +125,11 @@ def test_odd_transcript_lines_and_lone_surrogates(project, tmp_path):
     transcript.write_text('{"type": "user", "message": "not a dict"}\n[1]\n', encoding="utf-8")
     done = hook(payload(ASK + " \ud800", project, transcript_path=str(transcript)))  # JSON escape of a lone surrogate
     assert done.returncode == 0 and b"N001" in done.stdout
+
+
+def test_prompt_text_and_credentials_never_reach_the_log(project, memsift_home):
+    secret = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key
+    done = hook(payload(f"deploy failed with key {secret}, why did we choose Adyen over Stripe?", project))
+    assert done.returncode == 0
+    log = log_text(memsift_home)
+    assert secret not in log and "deploy failed" not in log
