@@ -30,10 +30,6 @@ _TEXT_KEYS = {"genre": "message", "keep_topic": "message", "keep_exchange": "exc
 _ITEM_KEYS = {"note_answers": "notes", "passage_answers": "passages"}
 
 
-def _item_text(item: Any) -> str:
-    return item if isinstance(item, str) else str(item.get("text", ""))
-
-
 class EmbeddedChoiceModel:
     """`ChoiceModel` over an `Encoder` and its trained heads (see `heads.py`)."""
 
@@ -44,9 +40,9 @@ class EmbeddedChoiceModel:
 
     def decide(self, request: Request) -> dict[str, Answer]:
         state, local = request.state, request.local
-        vectors: dict[str, np.ndarray] = {}  # query vectors by text, for this request
+        cache: dict[tuple[str, str], np.ndarray] = {}  # ("query", text) and (tier, "features"), for this request
         if "query_vector" in local:
-            vectors[str(state["message"])] = local["query_vector"]
+            cache["query", str(state["message"])] = local["query_vector"]
         answers: dict[str, Answer] = {}
         for qid, question in request.questions.items():
             head_name, _, index = qid.partition(".")
@@ -55,9 +51,9 @@ class EmbeddedChoiceModel:
                 raise UnsupportedQuestion(qid)
             if isinstance(head, SoftmaxHead):
                 text = str(state[_TEXT_KEYS[head_name]])
-                answers[qid] = Answer(question.type, head.probabilities(self._query(text, vectors), text))
+                answers[qid] = Answer(question.type, head.probabilities(self._query(text, cache), text))
             else:
-                p = self._relevance(head, _ITEM_KEYS[head_name], int(index), state, local, vectors)
+                p = self._relevance(head, _ITEM_KEYS[head_name], int(index), state, local, cache)
                 answers[qid] = Answer("noul", {"true": p, "false": 1.0 - p})
         return answers
 
@@ -65,10 +61,10 @@ class EmbeddedChoiceModel:
         """The query vector of a message, (d,) float32."""
         return self.encoder.query([text])[0]
 
-    def _query(self, text: str, vectors: dict[str, np.ndarray]) -> np.ndarray:
-        if text not in vectors:
-            vectors[text] = self.embed_query(text)
-        return vectors[text]
+    def _query(self, text: str, cache: dict) -> np.ndarray:
+        if ("query", text) not in cache:
+            cache["query", text] = self.embed_query(text)
+        return cache["query", text]
 
     def _relevance(
         self,
@@ -77,19 +73,19 @@ class EmbeddedChoiceModel:
         i: int,
         state: Any,
         local: Any,
-        vectors: dict[str, np.ndarray],
+        cache: dict,
     ) -> float:
-        key = f"{tier}:features"
-        if key not in vectors:  # the whole shortlist at once: each item is placed among the others
+        key = (tier, "features")
+        if key not in cache:  # the whole shortlist at once: each item is placed among the others
             message = str(state["message"])
             items = [x if isinstance(x, dict) else {"text": x} for x in state[tier]]
-            q = self._query(message, vectors)
+            q = self._query(message, cache)
             item_vectors = local.get(f"{tier[:-1]}_vectors")
             if item_vectors is None:
-                item_vectors = self.encoder.passage([_item_text(x) for x in items])
+                item_vectors = self.encoder.passage([str(x.get("text", "")) for x in items])
             cos = item_vectors @ q
             median = local.get(f"{tier[:-1]}_background")
             count = local.get(f"{tier[:-1]}_count", len(items))
             background = shrunk_background(float(np.median(cos)) if median is None else median, count, head.background)
-            vectors[key] = shortlist_features(cos, background, message, items)
-        return head.probability(vectors[key][i])
+            cache[key] = shortlist_features(cos, background, message, items)
+        return head.probability(cache[key][i])
