@@ -222,12 +222,14 @@ def replay(
 
 
 GENRES = list(Genre.__args__)
-LOOKUP = set(GENRES[5:])
 
 
 def details(runs: list[tuple[Conversation, list[dict]]], out: IO[str]) -> None:
     """Print, for memsift's replays: the genre confusion matrix, the lookup/no-lookup split,
     figures per language, and why each recall turn was or was not found."""
+    from ..classifiers import load_question
+
+    lookup = set(load_question("genre").extra["lookup"])
     pairs = [(t, line) for conv, lines in runs for t, line in zip(conv.turns, lines)]
     short = {g: "".join(w[0] for w in g.split("_")) for g in GENRES}
     print("\ngenre confusion (rows: labelled, columns: predicted)", file=out)
@@ -235,7 +237,7 @@ def details(runs: list[tuple[Conversation, list[dict]]], out: IO[str]) -> None:
     for g in GENRES:
         row = [sum(1 for t, line in pairs if t.genre == g and line["genre"] == p) for p in GENRES]
         print(f"{g:<24}" + "".join(f"{n:>5}" for n in row), file=out)
-    split = sum((t.genre in LOOKUP) == (line["genre"] in LOOKUP) for t, line in pairs)
+    split = sum((t.genre in lookup) == (line["genre"] in lookup) for t, line in pairs)
     print(f"lookup / no-lookup split by predicted genre: {split}/{len(pairs)}", file=out)
     gate = [next((s for s in line["trace"] if s["step"] == "genre"), {}) for _, line in pairs]
     opened = sum(1 for g in gate if g.get("lookup_p", 0) >= Settings().lookup_p)

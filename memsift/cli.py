@@ -76,9 +76,8 @@ def _notes_list(args: argparse.Namespace) -> int:
 
 def _recall(args: argparse.Namespace) -> int:
     from .classifiers.embedded import EmbeddedChoiceModel
-    from .recall import Recaller
-
     from .notes import NotesFormatError
+    from .recall import Recaller
 
     model = EmbeddedChoiceModel()
     store = _store(args.project, model.encoder)

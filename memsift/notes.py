@@ -165,6 +165,12 @@ def check_note(note: Note) -> None:
         raise ValueError(f"id {note.id!r} must be letters, digits, '.', '_' or '-'")
 
 
+def _serial(note_id: str) -> int | None:
+    """The number of an id memsift assigned (`N007` -> 7), None for any other id."""
+    m = re.fullmatch(r"N(\d+)", note_id)
+    return int(m[1]) if m else None
+
+
 def atomic_write(path: Path, data: str) -> None:
     """Write `data` (UTF-8) to `path` through a temp file, fsync and `os.replace`."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -260,7 +266,7 @@ class NoteStore:
             texts = {n.text: n.id for n in existing if n.active}
             high_water = self.folder / "last_id"
             last = int(high_water.read_text().strip() or 0) if high_water.exists() else 0
-            counter = 1 + max([last] + [int(m[1]) for n in existing if (m := re.fullmatch(r"N(\d+)", n.id))])
+            counter = 1 + max([last] + [k for n in existing if (k := _serial(n.id)) is not None])
             added: list[Note] = []
             for note in new:
                 note = replace(note, text=note.text.strip())
@@ -281,7 +287,7 @@ class NoteStore:
             if link_supersession and added:
                 notes = link_superseded(notes, vectors, new_ids={n.id for n in added})
             atomic_write(self.markdown.resolve(), render_markdown(current.preamble, notes))
-            numbers = [int(m[1]) for n in added if (m := re.fullmatch(r"N(\d+)", n.id))]
+            numbers = [k for n in added if (k := _serial(n.id)) is not None]
             if numbers:
                 atomic_write(high_water, f"{max([last] + numbers)}\n")
             self._write_index(notes, vectors)
