@@ -92,7 +92,11 @@ class SQLiteBackend:
         )
 
     def add(self, passages: Sequence[Passage]) -> None:
-        new = [p for p in passages if not self.db.execute("SELECT 1 FROM passages WHERE id = ?", (p.id,)).fetchone()]
+        """Store passages not stored yet (by id), their secrets masked (`memsift.secrets`)."""
+        from ..secrets import mask
+
+        new = [Passage(p.id, p.date, mask(p.text).text) for p in passages
+               if not self.db.execute("SELECT 1 FROM passages WHERE id = ?", (p.id,)).fetchone()]
         if not new:
             return
         vectors = self.encoder.passage([p.text for p in new])

@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import os
 import sys
+from pathlib import Path
 
 
 def _hook(args: argparse.Namespace) -> int:
@@ -31,6 +33,32 @@ def _eval(args: argparse.Namespace) -> int:
     finally:
         if replay_file is not None:
             replay_file.close()
+    return 0
+
+
+def _capture(args: argparse.Namespace) -> int:
+    from .capture import capture, sweep
+    from .config import memsift_home
+    from .hook import setup_logging
+
+    home = memsift_home()
+    if args.log:
+        setup_logging(home, "capture.log")
+    try:
+        if args.sweep:
+            results = sweep(args.cwd, home=home, exclude=args.exclude or "", folder=args.dir and Path(args.dir))
+        elif args.transcript and args.session:
+            results = [capture(args.transcript, args.session, args.cwd, final=args.final, home=home)]
+        else:
+            print("memsift capture: give --transcript and --session, or --sweep", file=sys.stderr)
+            return 2
+    except Exception as exc:  # logged with its traceback for the detached runs
+        logging.getLogger("memsift").exception("capture failed")
+        print(f"memsift capture: {exc}", file=sys.stderr)
+        return 1
+    for r in results:
+        print(f"{r.session}: {r.exchanges} exchanges read, notes added {r.kept or 'none'}"
+              + (f" ({r.skipped})" if r.skipped else ""))
     return 0
 
 
@@ -74,6 +102,19 @@ def _notes_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _notes_undo(args: argparse.Namespace) -> int:
+    from .revision import RevisionError, undo
+
+    store = _store(args.project)
+    try:
+        revision = undo(store)
+    except RevisionError as exc:
+        print(f"memsift notes undo: {exc}", file=sys.stderr)
+        return 1
+    print(f"undid {revision.undoes} ({store.markdown} restored)")
+    return 0
+
+
 def _recall(args: argparse.Namespace) -> int:
     from .classifiers.embedded import EmbeddedChoiceModel
     from .notes import NotesFormatError
@@ -101,8 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("hook", help="run a host hook: reads the host's JSON on stdin, prints the context to add; always exits 0")
-    p.add_argument("event", choices=["user-prompt-submit"], help="the hook event (Claude Code's UserPromptSubmit)")
+    p.add_argument("event", choices=["user-prompt-submit", "stop", "pre-compact", "session-end", "session-start"],
+                   help="the host's hook event (UserPromptSubmit, Stop, PreCompact, SessionEnd, SessionStart)")
     p.set_defaults(func=_hook)
+
+    p = sub.add_parser("capture", help="keep what a session's transcript holds worth keeping (notes and passages)")
+    p.add_argument("--transcript", help="a Claude Code transcript or Codex rollout (JSONL)")
+    p.add_argument("--session", help="the session id (capture progress is kept per session)")
+    p.add_argument("--cwd", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--final", action="store_true", help="the session ended: its last exchange is complete")
+    p.add_argument("--sweep", action="store_true", help="capture the project's other sessions that ended uncaptured")
+    p.add_argument("--exclude", help="with --sweep: a session to leave alone (the current one)")
+    p.add_argument("--dir", help="with --sweep: the host's transcript folder for this project")
+    p.add_argument("--log", action="store_true", help="log to <memsift home>/logs/capture.log (the hooks' detached runs)")
+    p.set_defaults(func=_capture)
 
     p = sub.add_parser("eval", help="replay test conversations (memsift-conversation/1 JSON) and print their figures")
     p.add_argument("paths", nargs="+", help="conversation files or folders of them")
@@ -129,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = notes.add_parser("list", help="print the notes file's path and its notes")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_list)
+    p = notes.add_parser("undo", help="revert the last revision of the notes file (by the reviser), byte for byte")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_undo)
     return parser
 
 

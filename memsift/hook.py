@@ -1,4 +1,6 @@
-"""Host hooks. `user_prompt_submit` is Claude Code's `UserPromptSubmit`.
+"""Host hooks: `user-prompt-submit` recalls; `stop`, `pre-compact`, `session-end` and
+`session-start` start a capture (Claude Code's events of the same names; Codex has the
+first, second and last).
 
 The contract (research note `hosts.md`, sections B2-B5 and F): the host writes one JSON
 object on stdin (`session_id`, `transcript_path`, `cwd`, `prompt`, ...); the hook prints
@@ -33,30 +35,32 @@ class HookInputError(ValueError):
     """The host's JSON is missing a field the hook needs, or is not JSON."""
 
 
-def setup_logging(home: Path) -> None:
-    """Log to `<home>/logs/hook.log` (created if needed), never to stdout or stderr."""
+def setup_logging(home: Path, name: str = "hook.log") -> None:
+    """Log to `<home>/logs/<name>` (created if needed), never to stdout or stderr."""
     folder = home / "logs"
     folder.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(folder / "hook.log", encoding="utf-8")
+    handler = logging.FileHandler(folder / name, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
     log.propagate = False
 
 
-def parse_input(raw: bytes) -> dict[str, Any]:
-    """The hook payload as a dict. Raises `HookInputError` with the reason."""
+def parse_input(raw: bytes, required: tuple[str, ...] = ("prompt", "cwd")) -> dict[str, Any]:
+    """The hook payload as a dict, with the `required` string fields. Raises
+    `HookInputError` with the reason."""
     try:
         payload = json.loads(raw.decode("utf-8", errors="replace"))
     except ValueError as exc:
         raise HookInputError(f"stdin is not JSON ({exc}); {len(raw)} bytes") from None
     if not isinstance(payload, dict):
         raise HookInputError(f"stdin is JSON {type(payload).__name__}, not an object")
-    for key in ("prompt", "cwd"):
+    for key in required:
         if not isinstance(payload.get(key), str):
             raise HookInputError(f"field {key!r} missing or not a string")
-    # JSON may carry lone surrogates ("\\ud800"), which UTF-8 cannot encode
-    payload["prompt"] = payload["prompt"].encode("utf-8", "replace").decode("utf-8")
+    if "prompt" in payload and isinstance(payload["prompt"], str):
+        # JSON may carry lone surrogates ("\\ud800"), which UTF-8 cannot encode
+        payload["prompt"] = payload["prompt"].encode("utf-8", "replace").decode("utf-8")
     if not isinstance(payload.get("transcript_path"), str):
         payload["transcript_path"] = ""
     return payload
@@ -115,6 +119,40 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> str | None:
     return result.text or None
 
 
+#: Capture events: whether the session's last exchange is complete when they fire.
+CAPTURE_EVENTS = {"stop": False, "pre-compact": True, "session-end": True, "session-start": True}
+
+
+def start_capture(payload: dict[str, Any], event: str) -> list[str] | None:
+    """Hand the capture to a detached process and return at once (SessionEnd gives all its
+    hooks 1.5 s); the command started, or None when there is nothing to capture.
+
+    `session-start` sweeps the project's other sessions instead, since `SessionEnd` often
+    does not fire.
+    """
+    import os
+    import subprocess
+
+    session = str(payload.get("session_id") or "")
+    transcript = payload["transcript_path"]
+    # -P: the project folder (the cwd) is never on sys.path, so its own `memsift/` cannot shadow ours
+    command = [sys.executable, "-P", "-m", "memsift", "capture", "--log", "--cwd", payload["cwd"]]
+    if event == "session-start":
+        command += ["--sweep", "--exclude", session]
+        if transcript:
+            command += ["--dir", str(Path(transcript).parent)]
+    elif transcript and session:
+        command += ["--transcript", transcript, "--session", session] + (["--final"] if CAPTURE_EVENTS[event] else [])
+    else:
+        log.warning("%s: no transcript_path or session_id in the payload, nothing to capture", event)
+        return None
+    flags = {"start_new_session": True} if os.name != "nt" else {
+        "creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
+    subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     close_fds=True, **flags)
+    return command
+
+
 def run(event: str, stdin: bytes | None = None) -> int:
     """Entry point of `memsift hook <event>`: always returns 0."""
     start = time.perf_counter()
@@ -125,9 +163,15 @@ def run(event: str, stdin: bytes | None = None) -> int:
         logging.disable(logging.CRITICAL)  # an unwritable home must not break the agent
     try:
         raw = sys.stdin.buffer.read() if stdin is None else stdin
-        if event != "user-prompt-submit":
+        if event in CAPTURE_EVENTS:
+            command = start_capture(parse_input(raw, ("cwd",)), event)
+            if command:
+                log.info("hook %s: started %s", event, " ".join(command[2:]))
+            context = None
+        elif event == "user-prompt-submit":
+            context = user_prompt_submit(parse_input(raw), home)
+        else:
             raise HookInputError(f"unknown hook event {event!r}")
-        context = user_prompt_submit(parse_input(raw), home)
         if context:
             out = {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": context}}
             sys.stdout.buffer.write(json.dumps(out, ensure_ascii=True).encode("ascii"))

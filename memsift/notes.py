@@ -7,8 +7,10 @@ Layout of `<project dir>/notes.md` (one section per note; everything else is ign
     ## N07 · 2026-08-14 · decision
     Payments: Mollie chosen over Stripe because ...
 
-    ## N03 · 2026-06-02 · decision · superseded by N07
+    ## N03 · 2026-06-02 · decision · session 5e1f0c2a · superseded by N07
     Payments go through Stripe ...
+
+A note captured from a session names it (`session <id>`); one added by hand does not.
 
 `index.sqlite` holds each active note's embedding (computed when the note is written) and
 an FTS5 table for BM25. It is rebuilt whenever the Markdown's hash changes, into a temp
@@ -42,6 +44,7 @@ log = logging.getLogger("memsift")
 KINDS = ("decision", "constraint", "incident", "convention", "context")
 _HEADER = re.compile(
     r"^## +(?P<id>[A-Za-z0-9][\w.-]*) +· +(?P<date>\d{4}-\d{2}-\d{2}) +· +(?P<kind>\w+)"
+    r"(?: +· +session +(?P<session>[\w.-]+))?"
     r"(?: +· +superseded by +(?P<by>[A-Za-z0-9][\w.-]*))? *$"
 )
 LOCK_TIMEOUT_S = 30.0
@@ -53,13 +56,15 @@ class NotesFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Note:
-    """One note. `superseded_by` is the id of the newer note that replaces it, if any."""
+    """One note. `session` is the host session it was captured from (None when added by
+    hand); `superseded_by` is the id of the newer note that replaces it, if any."""
 
     id: str
     date: str
     kind: str
     text: str
     superseded_by: str | None = None
+    session: str | None = None
 
     @property
     def active(self) -> bool:
@@ -119,7 +124,8 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
             m = None
         if m:
             close()
-            current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"], "line": lineno}, []
+            current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"],
+                             "session": m["session"], "line": lineno}, []
         elif current is not None:
             body.append(line)
         else:
@@ -133,7 +139,7 @@ def default_preamble(title: str) -> str:
         f"# memsift notes: {title}",
         "",
         "<!-- One section per note. Edit the text freely; keep each header line's shape:",
-        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · superseded by <id>]",
+        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · session <id>][ · superseded by <id>]",
         "     Text above the first note is kept as it is. -->",
     ])
 
@@ -143,6 +149,8 @@ def render_markdown(preamble: str, notes: Iterable[Note]) -> str:
     out = [preamble]
     for n in notes:
         head = f"## {n.id} · {n.date} · {n.kind}"
+        if n.session:
+            head += f" · session {n.session}"
         if n.superseded_by:
             head += f" · superseded by {n.superseded_by}"
         out += ["", head, n.text.strip()]
@@ -161,6 +169,8 @@ def check_note(note: Note) -> None:
         raise ValueError("the note's text is empty")
     if any(line.startswith("## ") for line in note.text.splitlines()):
         raise ValueError("a line of the text starts with '## ', which the notes file keeps for note headers")
+    if note.session and not re.fullmatch(r"[\w.-]+", note.session):
+        raise ValueError(f"session {note.session!r} must be letters, digits, '.', '_' or '-'")
     if note.id and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", note.id):
         raise ValueError(f"id {note.id!r} must be letters, digits, '.', '_' or '-'")
 
@@ -248,15 +258,26 @@ class NoteStore:
         """Every note in the Markdown, superseded ones included. [] when there is no file."""
         return self.read().notes
 
+    def lock(self):
+        """The store's write lock (a `filelock.FileLock`, 30 s timeout); not re-entrant
+        across `FileLock` objects, so take it once per operation."""
+        return self._lock()
+
     def add(self, new: Iterable[Note], *, link_supersession: bool = True) -> list[Note]:
         """Append notes (an empty `id` gets the next `N<nnn>`), mark the notes they replace, reindex.
 
+        The file is appended to, not rewritten: every existing line stays byte for byte,
+        except the header lines of the notes the new ones supersede (a `revision.Supersede`
+        line operation each). Secrets in the text are masked first (`memsift.secrets`).
         Supersession is decided here, once, when a note is written (`memsift.supersession`),
-        never at recall time. Ids are never reused, even after a note is deleted by hand.
-        Returns the notes as stored. Raises `NotesFormatError` if the existing Markdown
-        cannot be read (it is left untouched) and `ValueError` for a note that cannot be
-        written as given (see `check_note`), a duplicate id, or a text already noted.
+        never at recall time. Ids are never reused, even after a
+        note is deleted by hand. Returns the notes as stored. Raises `NotesFormatError` if
+        the existing Markdown cannot be read (it is left untouched) and `ValueError` for a
+        note that cannot be written as given (see `check_note`), a duplicate id, or a text
+        already noted.
         """
+        from .revision import Supersede, apply_ops
+        from .secrets import mask
         from .supersession import link_superseded
 
         with self._lock():
@@ -269,7 +290,7 @@ class NoteStore:
             counter = 1 + max([last] + [k for n in existing if (k := _serial(n.id)) is not None])
             added: list[Note] = []
             for note in new:
-                note = replace(note, text=note.text.strip())
+                note = replace(note, text=mask(note.text.strip()).text)
                 check_note(note)
                 if not note.id:
                     while f"N{counter:03d}" in ids:
@@ -282,17 +303,33 @@ class NoteStore:
                 ids.add(note.id)
                 texts[note.text] = note.id
                 added.append(note)
+            if not added:
+                return []
             vectors = self._vectors(existing + added)
+            text = self.markdown.read_bytes().decode("utf-8") if self.markdown.exists() else default_preamble(self.title) + "\n"
+            newline = "\r\n" if "\r\n" in text else "\n"
+            if text and not text.endswith(("\n", "\r")):
+                text += newline
+            text += newline + render_markdown("", added).lstrip("\n").replace("\n", newline)
             notes = existing + added
-            if link_supersession and added:
-                notes = link_superseded(notes, vectors, new_ids={n.id for n in added})
-            atomic_write(self.markdown.resolve(), render_markdown(current.preamble, notes))
+            if link_supersession:
+                linked = link_superseded(notes, vectors, new_ids={n.id for n in added})
+                ops = [Supersede(n.id, n.superseded_by) for n, old in zip(linked, notes)
+                       if n.superseded_by and not old.superseded_by]
+                text, notes = apply_ops(text, ops), linked
+            atomic_write(self.markdown.resolve(), text)
             numbers = [k for n in added if (k := _serial(n.id)) is not None]
             if numbers:
                 atomic_write(high_water, f"{max([last] + numbers)}\n")
             self._write_index(notes, vectors)
             by_id = {n.id: n for n in notes}
             return [by_id[n.id] for n in added]
+
+    def vectors_by_id(self) -> dict[str, np.ndarray]:
+        """Each note's passage embedding (d,) by note id, embedding those not indexed yet."""
+        notes = self.notes()
+        known = self._vectors(notes)
+        return {n.id: known[text_hash(n.text)] for n in notes}
 
     # -- index -------------------------------------------------------------------------
 

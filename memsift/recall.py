@@ -83,14 +83,16 @@ def render(items: list[Item], max_chars: int) -> tuple[str, list[Item]]:
     """The injected text and the items as pasted (texts cut to keep the total under `max_chars`).
 
     Each item's line breaks become spaces, so that every line of a paste carries its frame
-    and no stored line can pass for an instruction of its own.
+    and no stored line can pass for an instruction of its own; secrets are masked
+    (`memsift.secrets`: stored items were masked when written, but notes are edited by hand).
     """
     if not items:
         return "", []
+    from .secrets import mask
     lines, pasted = [HEADER], []
     budget = max_chars - len(HEADER)
     for item in items:
-        item = Item(item.id, item.tier, item.date, " ".join(item.text.split()), item.kind)
+        item = Item(item.id, item.tier, item.date, " ".join(mask(item.text).text.split()), item.kind)
         line = frame(item)
         room = budget - 1  # the newline
         if room <= len(frame(Item(item.id, item.tier, item.date, "", item.kind))) + 20:

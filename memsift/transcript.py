@@ -1,9 +1,19 @@
-"""The previous turns of a Claude Code session, read from its transcript JSONL.
+"""Host transcripts: the previous turns of a session, and its exchanges for capture.
 
-The format is internal to Claude Code (reverse-engineered notes in the research file
-`hosts.md`, section C): `user` lines carry the prompt as a string or `text` blocks,
-`assistant` lines carry `text` blocks, `attachment` lines carry injected hook context.
-Only the tail of the file is read, so a long session costs the same as a short one.
+Claude Code writes `~/.claude/projects/<project>/<session>.jsonl`; Codex writes rollouts,
+`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`. Both formats are internal to their hosts
+(reverse-engineered notes in the research file `hosts.md`, sections C and D5):
+
+- Claude Code: `user` lines carry the prompt as a string or `text` blocks (tool results are
+  `tool_result` blocks, skipped), `assistant` lines carry `text` blocks (one message may
+  span several lines), `attachment` lines carry injected hook context, memsift's own
+  pastes included, so they are never read as conversation;
+- Codex: `{"type", "payload"}` lines; the user's text is `event_msg` / `user_message`, the
+  agent's is a `response_item` message of role `assistant`; `developer` items (where hook
+  context lands) are skipped.
+
+`read_transcript` reads only the tail of a Claude Code transcript (for the prompt hook);
+`read_exchanges` streams either format from a byte offset (for capture).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 TAIL_BYTES = 512 * 1024
 _WRAPPER = re.compile(r"<(system-reminder|command-name|local-command-stdout)>.*?</\1>", re.DOTALL)
@@ -93,3 +104,121 @@ def read_transcript(path: str | Path, max_turns: int) -> tuple[list[Turn], set[s
             else:
                 turns.append(Turn(user="", assistant=text))
     return turns[-max_turns:], pasted
+
+
+#: A line longer than this (a pasted image, a huge tool output) is skipped unread.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+#: Characters kept of each side of an exchange.
+MAX_EXCHANGE_CHARS = 6000
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One user message and the agent's text answer, with the byte offsets they span.
+
+    `start` is the offset of the user's line and `end` the offset just after the exchange's
+    last line, in the transcript file.
+    """
+
+    user: str
+    assistant: str
+    start: int
+    end: int
+
+
+def _lines(fh, offset: int) -> Iterator[tuple[int, int, bytes | None]]:
+    """`(start, end, line)` for each complete line from `offset`; `line` is None for a line
+    over `MAX_LINE_BYTES` (skipped without holding it in memory). A last line without its
+    newline is still being written: it is not yielded."""
+    fh.seek(offset)
+    pos = offset
+    while True:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            start = pos
+            pos += len(line)
+            while True:  # skip the rest of the oversized line in bounded chunks
+                chunk = fh.readline(MAX_LINE_BYTES)
+                if not chunk:
+                    return
+                pos += len(chunk)
+                if chunk.endswith(b"\n"):
+                    break
+            yield start, pos, None
+            continue
+        if not line.endswith(b"\n"):
+            return
+        yield pos, pos + len(line), line
+        pos += len(line)
+
+
+def _message(entry: dict) -> tuple[str, str] | None:
+    """`("user" | "assistant", text)` for a conversation line of either host, else None."""
+    kind = entry.get("type")
+    if kind in ("user", "assistant"):  # Claude Code
+        if entry.get("isMeta") or entry.get("isSidechain") or entry.get("isCompactSummary"):
+            return None
+        message = entry.get("message")
+        if not isinstance(message, dict):
+            return None
+        text = _WRAPPER.sub("", _texts(message.get("content"))).strip()
+        return (kind, text) if text else None
+    payload = entry.get("payload")
+    if not isinstance(payload, dict):
+        return None
+    if kind == "event_msg" and payload.get("type") == "user_message":  # Codex
+        text = payload.get("message")
+        return ("user", text.strip()) if isinstance(text, str) and text.strip() else None
+    if kind == "response_item" and payload.get("type") == "message" and payload.get("role") == "assistant":
+        content = payload.get("content")
+        parts = [b.get("text", "") for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        text = "\n".join(p for p in parts if isinstance(p, str)).strip()
+        return ("assistant", text) if text else None
+    return None
+
+
+def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) -> Iterator[Exchange]:
+    """Stream the exchanges of a Claude Code transcript or a Codex rollout from `offset`.
+
+    An exchange is complete when the next user message starts; with `final` (the session
+    ended or is compacting) the last one is complete too. Only complete exchanges are
+    yielded, so `exchange.end` of the last one is where the next capture resumes. Memory
+    stays bounded whatever the file's size: lines are read one at a time, oversized lines
+    are skipped, and each side of an exchange keeps `MAX_EXCHANGE_CHARS`.
+
+    Raises `OSError` if the file cannot be opened.
+    """
+    with open(path, "rb") as fh:
+        user: str | None = None
+        answer: list[str] = []
+        start = end = offset
+        seen: set[tuple] = set()
+        for line_start, line_end, line in _lines(fh, offset):
+            entry = None
+            if line is not None:
+                try:
+                    entry = json.loads(line.decode("utf-8", "replace"))
+                except ValueError:
+                    entry = None
+            found = _message(entry) if isinstance(entry, dict) else None
+            if found is None:
+                if user is not None:
+                    end = line_end
+                continue
+            role, text = found
+            if role == "user":
+                if user is not None:
+                    yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, line_start)
+                user, answer, start, end = text[:MAX_EXCHANGE_CHARS], [], line_start, line_end
+            elif user is not None:
+                message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
+                key = (message.get("id"), entry.get("uuid"), text)
+                if key not in seen:
+                    seen.add(key)
+                    if sum(map(len, answer)) < MAX_EXCHANGE_CHARS:
+                        answer.append(text)
+                end = line_end
+        if final and user is not None:
+            yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, end)

@@ -34,8 +34,10 @@ class ScriptedModel:
 
     name = "scripted"
 
-    def __init__(self, genre="past_choice", topic="choice", answers=None):
+    def __init__(self, genre="past_choice", topic="choice", answers=None, keep=None, encoder=None):
         self.genre, self.topic, self.answers = genre, topic, answers or {}
+        self.keep = keep or {}  # a word of the exchange -> the kind of note it makes
+        self.encoder = encoder
         self.asked: list[str] = []
 
     def decide(self, request: Request) -> dict[str, Answer]:
@@ -43,6 +45,11 @@ class ScriptedModel:
         for qid in request.questions:
             self.asked.append(qid)
             head, _, index = qid.partition(".")
+            if head == "keep_exchange":
+                kind = next((k for word, k in self.keep.items() if word in request.state["exchange"]), "none")
+                options = load_question(head).question.options()
+                out[qid] = Answer("choice", {o: (0.95 if o == kind else 0.05 / (len(options) - 1)) for o in options})
+                continue
             if head in ("genre", "keep_topic"):
                 options = [o for o in load_question(head).question.options()]
                 chosen = self.genre if head == "genre" else self.topic

@@ -182,3 +182,23 @@ def test_symlinked_notes_file_stays_a_symlink(tmp_path, encoder):
     store.markdown.symlink_to(target)
     store.add([Note("", "2026-01-01", "context", "one")])
     assert store.markdown.is_symlink() and "one" in target.read_text(encoding="utf-8")
+
+
+def test_add_appends_and_leaves_every_existing_line_byte_for_byte(tmp_path, encoder):
+    store = NoteStore(tmp_path, encoder=encoder)
+    hand = (
+        "# my notes\r\n\r\nwritten by hand   \r\n\r\n"
+        "## N01 · 2026-06-02 · decision\r\nPayments go through Stripe for the EU shop.\r\n\r\n\r\n"
+        "## N02 · 2026-06-03 · context · session abc-1\r\nThe staging DB is refreshed on Mondays.  \r\n"
+    )
+    store.markdown.write_bytes(hand.encode("utf-8"))
+    (new,) = store.add([Note("", "2026-09-01", "decision",
+                             "Payments moved from Stripe to Adyen for the EU shop.", session="s-2")])
+    after = store.markdown.read_bytes().decode("utf-8")
+    before_lines, after_lines = hand.split("\r\n"), after.split("\r\n")
+    changed = [i for i, (a, b) in enumerate(zip(before_lines, after_lines)) if a != b]
+    assert all(before_lines[i].startswith("## N01") for i in changed)  # only a superseded header
+    assert after.startswith(hand.split("## N01")[0]) and "\n" not in after.replace("\r\n", "")
+    assert after.endswith(f"## {new.id} · 2026-09-01 · decision · session s-2\r\n"
+                          "Payments moved from Stripe to Adyen for the EU shop.\r\n")
+    assert [n.session for n in store.notes()] == [None, "abc-1", "s-2"]

@@ -1,0 +1,293 @@
+"""Session capture: keep what would spare redoing work, as notes and passages.
+
+For one session's transcript (`capture`):
+
+1. stream the exchanges not captured yet (from the byte offset recorded per session in
+   `<memsift home>/capture.sqlite`, so capturing twice adds nothing);
+2. mask secrets in each (`memsift.secrets.mask`), before anything is judged or stored;
+3. the selector asks the decision model `keep_exchange` ("would keeping this spare redoing
+   work, and as what kind of note?") and keeps the exchanges it is sure of, at most
+   `MAX_NOTES_PER_SESSION` per session, surest first;
+4. each kept exchange becomes a short note (its answer's first sentences, `note_text`) in
+   the project's notes, and a passage (`User: ... Assistant: ...`) in its passage store;
+5. the embedded reviser (`memsift.revision`) then removes duplicates and marks the notes
+   the new ones replace, by line operations.
+
+Runs of the same session are serialised by a lock file; runs of different sessions only
+meet in the notes store, which has its own lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .transcript import Exchange, read_exchanges
+
+log = logging.getLogger("memsift")
+
+#: Notes one session may add, in all its captures ("a handful of short notes at most").
+MAX_NOTES_PER_SESSION = 5
+#: An exchange is kept when the keep_exchange head's P(none) is below this. The head was
+#: trained on exchanges half of which are worth keeping; in real sessions perhaps one in ten
+#: is, and moving the prior from 1:1 to 9:1 (Saerens, Latinne and Decaestecker, "Adjusting
+#: the outputs of a classifier to new a priori probabilities", Neural Computation 2002)
+#: puts the 0.5 decision point at P(none) = 0.1.
+KEEP_NONE_P = 0.1
+#: ... and when the keep_topic head's P(none) on the user's message is below this (the
+#: message is about a choice, a constraint or a problem). Set by looking at the dev
+#: conversations: with both gates, 6 of their 122 reactions, finished-work actions and
+#: complete instructions pass (0.5: 14), against 42 with the first gate alone at 0.2.
+TOPIC_NONE_P = 0.3
+#: Characters of a note and of a passage made from an exchange.
+NOTE_CHARS = 400
+PASSAGE_CHARS = 1500
+#: Characters of the agent's answer the selector reads (its head was trained on summaries).
+SELECTOR_ANSWER_CHARS = 800
+
+_CODE_BLOCK = re.compile(r"```.*?(```|$)", re.DOTALL)
+_MARKUP = re.compile(r"^\s*(#+|[-*+]|\d+[.)])\s+|\*\*|__|`", re.MULTILINE)
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
+
+
+@dataclass
+class CaptureResult:
+    """What one capture run did."""
+
+    session: str
+    exchanges: int = 0
+    kept: list[str] = field(default_factory=list)  # ids of the notes added
+    offset: int = 0
+    skipped: str | None = None  # why nothing was read, when nothing was
+
+
+def plain(text: str) -> str:
+    """`text` without code blocks and Markdown markup, whitespace collapsed."""
+    return " ".join(_MARKUP.sub("", _CODE_BLOCK.sub(" ", text)).split())
+
+
+def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
+    """A short note from an exchange: the first sentences of the answer, up to `limit`
+    characters; the user's words when the answer has no text of its own."""
+    source = plain(exchange.assistant) or plain(exchange.user)
+    out = ""
+    for sentence in (s.strip() for s in _SENTENCE.split(source)):
+        if not sentence:
+            continue
+        if out and len(out) + 1 + len(sentence) > limit:
+            break
+        out = f"{out} {sentence}".strip()
+        if len(out) >= limit // 2:
+            break
+    out = out.rstrip(" ;:,")
+    return out if len(out) <= limit else out[: limit - 1].rstrip() + "…"
+
+
+def passage_text(exchange: Exchange, limit: int = PASSAGE_CHARS) -> str:
+    """The exchange as a passage, `User: ... Assistant: ...`, at most `limit` characters."""
+    user = plain(exchange.user)[: limit // 3]
+    return f"User: {user} Assistant: {plain(exchange.assistant)}"[:limit].rstrip()
+
+
+class CaptureState:
+    """Per-session capture progress in SQLite (WAL, safe with several writers)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), timeout=10.0)
+        self.db.executescript(
+            """
+            PRAGMA journal_mode = WAL;
+            CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, transcript TEXT,
+                project TEXT, offset INTEGER DEFAULT 0, exchanges INTEGER DEFAULT 0,
+                kept INTEGER DEFAULT 0, at REAL);
+            """
+        )
+
+    def get(self, session: str) -> tuple[int, int]:
+        """`(offset, notes kept so far)` for a session; `(0, 0)` when never captured."""
+        row = self.db.execute("SELECT offset, kept FROM sessions WHERE session = ?", (session,)).fetchone()
+        return (row[0], row[1]) if row else (0, 0)
+
+    def put(self, session: str, transcript: str, project: str, offset: int, exchanges: int, kept: int) -> None:
+        with self.db:
+            self.db.execute(
+                """INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET
+                   transcript = excluded.transcript, project = excluded.project, offset = excluded.offset,
+                   exchanges = sessions.exchanges + excluded.exchanges, kept = excluded.kept, at = excluded.at""",
+                (session, transcript, project, offset, exchanges, kept, time.time()),
+            )
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def select(exchanges: list[Exchange], model, room: int) -> list[tuple[Exchange, str, float]]:
+    """The exchanges worth a note, as `(exchange, kind, P(none))`, surest first, at most `room`.
+
+    Asks `keep_exchange` (its state: the user's message and the start of the answer, secrets
+    already masked) and `keep_topic` (the user's message) once per exchange, in one request;
+    both must pass (`KEEP_NONE_P`, `TOPIC_NONE_P`).
+    """
+    from .classifiers import Request, load_question
+
+    if room <= 0:
+        return []
+    questions = {"keep_exchange": load_question("keep_exchange").question,
+                 "keep_topic": load_question("keep_topic").question}
+    chosen = []
+    for ex in exchanges:
+        state = {"exchange": f"{ex.user}\n{plain(ex.assistant)[:SELECTOR_ANSWER_CHARS]}", "message": ex.user}
+        answers = model.decide(Request(state, questions))
+        p_none = answers["keep_exchange"].p("none")
+        kinds = {k: v for k, v in answers["keep_exchange"].probabilities.items() if k != "none"}
+        if p_none < KEEP_NONE_P and answers["keep_topic"].p("none") < TOPIC_NONE_P and kinds:
+            chosen.append((ex, max(kinds, key=kinds.get), p_none))
+    return sorted(chosen, key=lambda c: c[2])[:room]
+
+
+def capture(
+    transcript: str | Path,
+    session: str,
+    cwd: str,
+    *,
+    final: bool,
+    home: Path,
+    model=None,
+    today: str | None = None,
+) -> CaptureResult:
+    """Capture the exchanges of one session not captured yet (see the module docstring).
+
+    `final` says the session ended (or is compacting): its last exchange is complete.
+    `model` is a `ChoiceModel` with an `encoder` (default: the embedded model, loaded only
+    when there is something to judge). Raises `OSError` for an unreadable transcript and
+    `NotesFormatError` for a notes file memsift cannot rewrite safely (nothing is lost:
+    the offset does not move, the next capture retries).
+    """
+    from filelock import FileLock
+
+    from .config import project_dir, project_root
+    from .secrets import mask
+
+    result = CaptureResult(session)
+    path = Path(transcript)
+    root = project_root(cwd)
+    folder = project_dir(root, home)
+    (home / "locks").mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^\w.-]", "_", session)[:100]
+    with FileLock(str(home / "locks" / f"capture-{safe}.lock"), timeout=60):
+        state = CaptureState(home / "capture.sqlite")
+        try:
+            offset, kept_before = state.get(session)
+            size = path.stat().st_size
+            if size < offset:
+                log.warning("capture %s: %s shrank below the captured offset (%d < %d): reading it again",
+                            session, path, size, offset)
+                offset = 0
+            result.offset = offset
+            exchanges = []
+            for ex in read_exchanges(path, offset, final=final):
+                exchanges.append(Exchange(mask(ex.user).text, mask(ex.assistant).text, ex.start, ex.end))
+            result.exchanges = len(exchanges)
+            if not exchanges:
+                result.skipped = "no complete exchange since the last capture"
+                if final and size > offset:
+                    log.warning("capture %s: zero exchanges in %d new bytes of %s (format changed?)",
+                                session, size - offset, path)
+                return result
+            if model is None:
+                from .classifiers.embedded import EmbeddedChoiceModel
+
+                model = EmbeddedChoiceModel()
+            chosen = select(exchanges, model, MAX_NOTES_PER_SESSION - kept_before)
+            if chosen:
+                result.kept = _store(chosen, folder, root.name, getattr(model, "encoder", None), session, today)
+            result.offset = exchanges[-1].end
+            state.put(session, str(path), str(root), result.offset, len(exchanges), kept_before + len(result.kept))
+        finally:
+            state.close()
+    log.info("capture %s: %d exchanges read, kept %s, offset %d", session, result.exchanges, result.kept, result.offset)
+    return result
+
+
+def _store(chosen, folder: Path, title: str, encoder, session: str, today: str | None) -> list[str]:
+    """Append the chosen exchanges as notes and passages, then revise; the new note ids."""
+    from .backends import Passage
+    from .backends.sqlite import SQLiteBackend
+    from .notes import Note, NoteStore
+    from .revision import propose, revise
+
+    date = today or dt.date.today().isoformat()
+    store = NoteStore(folder, title, encoder=encoder)
+    known = {n.text for n in store.notes()}
+    notes = []
+    for ex, kind, _ in chosen:
+        text = note_text(ex)
+        if text and text not in known:
+            known.add(text)
+            notes.append(Note("", date, kind, text, session=session))
+    added = store.add(notes, link_supersession=False) if notes else []
+    backend = SQLiteBackend(folder / "passages.sqlite", store.encoder)
+    try:
+        backend.add([Passage(f"{n.id}-x", n.date, passage_text(ex)) for n, (ex, _, _) in zip(added, chosen)])
+    finally:
+        backend.close()
+    if added:
+        text = store.markdown.read_text(encoding="utf-8")
+        ops = propose(text, store.vectors_by_id())
+        if ops:
+            revise(store, ops, backend="embedded")
+    return [n.id for n in added]
+
+
+#: A session whose transcript has not changed for this long is taken as ended by a sweep.
+SWEEP_QUIET_S = 30 * 60
+#: Transcripts a sweep captures at most, newest first.
+SWEEP_MAX = 20
+
+
+def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None, model=None) -> list[CaptureResult]:
+    """Capture, as ended, the project's other sessions that have uncaptured exchanges.
+
+    Candidates are the sessions capture has seen for this project and, for Claude Code,
+    the other transcripts in `folder` (the host keeps one folder per project; the session
+    id is the file name). A transcript written to in the last `SWEEP_QUIET_S` seconds is
+    left alone: that session may still be running. Errors on one transcript are logged
+    and the sweep goes on.
+    """
+    from .config import project_root
+
+    root = str(project_root(cwd))
+    candidates: dict[str, Path] = {}
+    state = CaptureState(home / "capture.sqlite")
+    try:
+        for session, transcript in state.db.execute(
+            "SELECT session, transcript FROM sessions WHERE project = ?", (root,)
+        ):
+            candidates[session] = Path(transcript)
+        if folder is not None and folder.is_dir():
+            for path in folder.glob("*.jsonl"):
+                candidates.setdefault(path.stem, path)
+        now = time.time()
+        todo = []
+        for session, path in candidates.items():
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if session != exclude and now - st.st_mtime >= SWEEP_QUIET_S and st.st_size > state.get(session)[0]:
+                todo.append((st.st_mtime, session, path))
+    finally:
+        state.close()
+    results = []
+    for _, session, path in sorted(todo, reverse=True)[:SWEEP_MAX]:
+        try:
+            results.append(capture(path, session, cwd, final=True, home=home, model=model))
+        except Exception:
+            log.exception("sweep: capture of %s (%s) failed", session, path)
+    return results

@@ -1,0 +1,395 @@
+"""Mask secrets in text before memsift stores it, pastes it or sends it anywhere.
+
+`mask(text)` is the one door: every path where text leaves memsift's control calls it.
+Each secret becomes a typed placeholder such as ``[SECRET:aws-access-key]``, so a reader
+(or the decision model) still sees that a credential was there. Everything else stays
+character for character.
+
+Two detectors run, and the union of their spans is masked:
+
+1. detect-secrets 1.5.0 (pinned in pyproject), with the semantics of its file scan, run in
+   memory through the internal `_process_line_based_plugins` (research note
+   decision-model.md, section D, option b; `tests/test_secrets.py` pins its signature).
+   The public `scan_line` is never used: it is "eager" and returns every word of code
+   (trap 1). The scan runs under the name `memsift-text.yaml` because the keyword plugin
+   picks its regexes by file extension (trap 3): with a YAML name `password: value`,
+   `password = "value"` and `export DB_PASSWORD=value` are all flagged, with `.txt`,
+   `.py` or `.env` the unquoted forms are not.
+2. memsift's own rules for what detect-secrets misses or reports badly: the whole PEM
+   block (detect-secrets reports only its header, trap 2), newer token formats (Anthropic,
+   Google, Hugging Face...), credentials in URLs and `NAME=value` lines whose NAME sounds
+   secret. Most formats are taken from gitleaks' default config (MIT), commit 420a0f5:
+   https://github.com/gitleaks/gitleaks/blob/420a0f55f4a7a03dfe701ceb1f4f66a7c68b26b4/config/gitleaks.toml
+
+Cost, measured in a fresh interpreter, import of this module (and of logging, dataclasses
+and typing) included, median of 3 (`tests/test_secrets.py::test_cost_in_a_fresh_process`
+prints them again):
+
+- short prose, nothing that could trigger detect-secrets: 22 ms, of which about 9 ms
+  compiles the rules and 0.05 ms is the call; detect-secrets is not imported;
+- 5 KB of ordinary developer text (SHAs, UUIDs, paths, so the gate opens): 146 ms, of
+  which about 100 ms imports detect-secrets, 15 ms loads its plugins and 20 ms scans;
+- 5 KB with 10 planted secrets and a PEM key: 144 ms.
+
+Once detect-secrets is loaded, 5 KB costs about 20 ms a call.
+
+Texts longer than 200,000 characters are masked with memsift's rules alone
+(detect-secrets costs about 5 ms per KB); lines longer than 4,096 characters are given to
+detect-secrets in overlapping windows, because its keyword regex is quadratic in line length.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
+
+log = logging.getLogger("memsift")
+
+__all__ = ["Masked", "mask"]
+
+
+@dataclass(frozen=True)
+class Masked:
+    """The masked text, and the type of each masked span in order of appearance."""
+
+    text: str
+    found: tuple[str, ...] = ()
+
+
+class _Span(NamedTuple):
+    start: int
+    end: int
+    kind: str
+
+
+_PLACEHOLDER = re.compile(r"\[SECRET:[a-z0-9-]{1,40}\]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+# In a merge the most specific type wins: a token's own format (0), then what its context
+# says (1), then "a value next to a secret-sounding name" or "random-looking" (2).
+_RANK = {"bearer-token": 1, "basic-auth": 1, "url-password": 1,
+         "password": 2, "secret": 2, "high-entropy-string": 2}
+
+_END = r"(?![\w-])"  # a token ends where its alphabet ends
+
+# (type, regex): the masked part is the group named `s`, or else the whole match.
+# "gitleaks" = the rule of that id in the gitleaks config cited in the module docstring;
+# "detect-secrets" = the plugin of that name in detect-secrets 1.5.0 (Apache-2.0).
+_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern))
+    for kind, pattern in (
+        # gitleaks private-key, with a bounded body; the second branch masks a truncated
+        # block (no END line), plain or JSON-escaped ("\n" between lines).
+        ("private-key", r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+                        r"(?:[\s\S]{0,20000}?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+                        r"|(?:(?:\s|\\[rn]){1,4}[A-Za-z0-9+/=]{16,200}){0,300})"),
+        ("age-secret-key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),  # gitleaks
+        ("aws-access-key", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),  # gitleaks
+        # detect-secrets AWSKeyDetector's secret-key pattern, quotes made optional
+        ("aws-secret-key", r"(?i)\baws[\w.-]{0,20}?(?:secret|private)[\w.-]{0,20}?[\"']?[ \t]*"
+                           r"(?:[:=]|=>)[ \t]*[\"']?(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
+        # a bare 40-character secret key written near its access key id, as people paste a
+        # key pair into a message ("AKIA... / wJalr..."): mixed case, as AWS issues them
+        ("aws-secret-key", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b[\s\S]{0,100}?(?<![A-Za-z0-9/+])"
+                           r"(?P<s>(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[A-Z])[A-Za-z0-9/+]{40})"
+                           r"(?![A-Za-z0-9/+=])"),
+        ("azure-storage-key", r"AccountKey=(?P<s>[A-Za-z0-9+/=]{86,88})"),  # detect-secrets
+        # gitleaks anthropic-api-key is sk-ant-api03-[\w-]{93}AA; this also takes admin keys
+        ("anthropic-api-key", r"\bsk-ant-(?:api|admin|oat|sid)\d{2}-[\w-]{20,300}"),
+        ("openai-api-key", r"\bsk-(?:proj|svcacct|admin)-[\w-]{20,300}"  # gitleaks, loosened
+                           r"|\bsk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}\b"  # gitleaks
+                           r"|\bsk-[A-Za-z0-9]{40,100}\b"),  # legacy sk- + 48
+        ("openrouter-api-key", r"\bsk-or-v1-[a-f0-9]{64}\b"),  # vendor format
+        ("groq-api-key", r"\bgsk_[A-Za-z0-9]{52}\b"),  # vendor format
+        ("google-api-key", r"\bAIza[\w-]{35}" + _END),  # gitleaks gcp-api-key
+        ("huggingface-token", r"\b(?:hf|api_org)_[A-Za-z]{34,60}\b"),  # gitleaks
+        ("github-token", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}\b|\bgithub_pat_\w{82}\b"),  # gitleaks
+        ("gitlab-token", r"\bgl(?:pat|dt|ft|soat|rt|ptt|cbt|imt|agent|oas|ffct)-[\w-]{20,300}"),  # gitleaks
+        ("slack-token", r"\bxox[abeoprs]-[\w-]{10,300}|\bxapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+"),  # gitleaks
+        ("slack-webhook", r"(?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/]{43,56}"),  # gitleaks
+        ("stripe-key", r"\b(?:sk|rk)_(?:test|live|prod)_[A-Za-z0-9]{10,99}\b|\bwhsec_[A-Za-z0-9]{24,64}\b"),  # gitleaks
+        ("square-token", r"\b(?:EAAA|sq0atp-)[\w-]{22,60}" + _END + r"|\bsq0csp-[\w-]{43}"),  # gitleaks, detect-secrets
+        ("npm-token", r"\bnpm_[A-Za-z0-9]{36}\b"),  # gitleaks
+        ("pypi-token", r"\bpypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZw)[\w-]{50,1000}"),  # gitleaks, detect-secrets
+        ("sendgrid-api-key", r"\bSG\.[\w-]{22}\.[\w-]{43}" + _END),  # detect-secrets
+        ("twilio-api-key", r"\bSK[0-9a-fA-F]{32}\b"),  # gitleaks
+        ("mailgun-api-key", r"\bkey-[a-f0-9]{32}\b"),  # gitleaks, without its "mailgun" context
+        ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),  # gitleaks
+        ("shopify-token", r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"),  # gitleaks
+        # gitleaks doppler-api-token is dp.pt. only; service tokens are dp.st.[<config>.]<token>
+        ("doppler-token", r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]{1,40}\.)?[A-Za-z0-9]{40,44}\b"),
+        ("databricks-token", r"\bdapi[a-f0-9]{32}(?:-\d)?\b"),  # gitleaks
+        ("discord-bot-token", r"\b[MNO][\w-]{23,25}\.[\w-]{6}\.[\w-]{27,38}" + _END),  # detect-secrets
+        ("telegram-bot-token", r"(?:\b|(?<=/bot))\d{8,10}:[\w-]{35}" + _END),  # detect-secrets
+        ("vault-token", r"\bhv[sb]\.[\w-]{90,300}"),  # gitleaks
+        ("grafana-token", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|\bglc_[A-Za-z0-9+/]{32,400}={0,3}"),  # gitleaks
+        ("linear-api-key", r"\blin_api_[A-Za-z0-9]{40}\b"),  # gitleaks
+        ("postman-api-key", r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),  # gitleaks
+        ("jwt", r"\bey[A-Za-z0-9]{17,2000}\.ey[\w/\\-]{17,4000}\.(?:[\w/\\-]{10,2000}={0,2})?"),  # gitleaks
+        ("url-password", r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]{0,100}:(?P<s>[^\s@/?#'\"]{1,200})@"),
+        # gitleaks curl-auth-user, without the curl context
+        ("basic-auth", r"(?:^|(?<=[\s'\"]))(?:-u|--user)[ \t=]+[\"']?[^\s:'\"]{1,100}:(?P<s>[^\s'\"]{3,200})"),
+        ("basic-auth", r"(?i)\bauthorization:[ \t]*basic[ \t]+(?P<s>[A-Za-z0-9+/]{8,400}={0,3})"),
+        ("bearer-token", r"(?i)\bbearer[ \t]+(?P<s>(?=[\w~+/.=-]{0,400}\d)[\w~+/.=-]{16,400})"),
+    )
+)
+
+# `NAME=value`, `NAME: value`, `"NAME": "value"`, `--name value`: our own rule. NAME must
+# sound secret (_SECRET_NAME) and the value must look like a literal (_plausible, strict).
+_ASSIGNMENT = re.compile(
+    r"(?:(?<![\w.-])--?(?P<flag>[A-Za-z][\w-]{0,60})(?:[ \t]+|=)"
+    r"|(?<![\w.])(?P<name>[A-Za-z_][\w.-]{0,80})[\"'\]]{0,2}[ \t]*(?::=|=>|={1,2}|:)[ \t]*)"
+    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,400})(?P=q)|(?P<v>[^\s\"'`,;]{1,400}))"
+)
+_SECRET_NAME = re.compile(
+    r"(?i)passw(?:or)?d|pwd|contrase|secret|token|credential|authorization"
+    r"|(?:api|access|private|signing|master|encryption|client|account|service|license|auth)[_.-]?key"
+    r"|(?:^|[_.-])(?:key|auth)(?:$|[_.-])"
+)
+_PASSWORD_NAME = re.compile(r"(?i)pass|pwd|contrase")
+# Names that hold a secret's address or shape, not the secret: API_KEY_FILE, TOKEN_URL...
+_NOT_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[_.-])(?:url|uri|path|file|dir|endpoint|host|port|name|type|id|header|format|len|length"
+    r"|size|ttl|expiry|expires|timeout|algorithm|method|provider|mode|version|region|field|env|var"
+    r"|prefix|count|index|idx)$|^(?:pwd|oldpwd|keys|tokens|authors?|author[_.-]\w*|keyword\w*)$"
+    r"|(?:public|pub|primary|foreign|cache|sort|hot|idx|natural|schema|sequence|bucket|partition"
+    r"|lookup|row|group|dict)[_.-]?key|public[_.-]?token"
+)
+_PLACEHOLDER_VALUE = re.compile(
+    r"(?i)^(?:\W*|x+|\.+|<[^>]*>|\$\{[^}]*\}|\$\(?[A-Za-z_]\w*\)?|%[A-Za-z_]\w*%|\{\{.*\}\}"
+    r"|%s|\{\w*\}|your[_-][\w-]*|changeme|changeit|dummy|example|placeholder|redacted|none|null"
+    r"|nil|true|false|undefined|secret|password|passwd|pass|token|test|string|value|xxx\w*|\*+\w*)$"
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_]+(?:\.[A-Za-z_]+)*")
+_NEXT_FIELD = re.compile(r";(?=\s*\w+=)")
+_DIGEST = re.compile(r"(?i)(?:sha(?:1|224|256|384|512)|md5)[-:]")  # npm "integrity", pip --hash
+
+# The cheap gate before detect-secrets, whose plugins need a secret-sounding name, a long
+# random-looking run, a key header or a URL with a password: prose without one of them goes
+# out without importing it.
+_TRIGGER = re.compile(
+    r"-----BEGIN|://[^\s/@]{0,100}:[^\s/@]{1,200}@"
+    r"|(?i:(?:key|token|secret|pass|pwd|auth|credential|contrase)[\w.-]{0,40}[\"'\]]{0,2}\s*(?:[:=]|=>))"
+)
+_RUN = re.compile(r"[A-Za-z0-9+=_-]{16,}")
+
+_DS_FILENAME = "memsift-text.yaml"  # YAML: the keyword rules that need no quotes (trap 3)
+# Public IPv4 addresses are not credentials, and notes keep server addresses on purpose.
+# Bare hex strings are digests (git objects, sha256 sums, ETags) that notes need; a hex
+# secret next to a secret-sounding name is still caught by KeywordDetector and our rule.
+_DS_DISABLED = ("IPPublicDetector", "HexHighEntropyString")
+_DS_MAX_CHARS = 200_000
+_DS_WINDOW, _DS_OVERLAP = 4_096, 256
+_DS_LOCK = threading.Lock()  # detect-secrets keeps its settings in a global
+_DS_TYPES = {
+    "Artifactory Credentials": "artifactory-token",
+    "AWS Access Key": "aws-access-key",
+    "Azure Storage Account access key": "azure-storage-key",
+    "Basic Auth Credentials": "url-password",
+    "Cloudant Credentials": "cloudant-credentials",
+    "Discord Bot Token": "discord-bot-token",
+    "GitHub Token": "github-token",
+    "GitLab Token": "gitlab-token",
+    "Base64 High Entropy String": "high-entropy-string",
+    "Hex High Entropy String": "high-entropy-string",
+    "IBM Cloud IAM Key": "ibm-cloud-iam-key",
+    "IBM COS HMAC Credentials": "ibm-cos-hmac-key",
+    "JSON Web Token": "jwt",
+    "Mailchimp Access Key": "mailchimp-api-key",
+    "NPM tokens": "npm-token",
+    "OpenAI Token": "openai-api-key",
+    "Private Key": "private-key",
+    "PyPI Token": "pypi-token",
+    "Secret Keyword": "secret",  # or "password", from the name before the value
+    "SendGrid API Key": "sendgrid-api-key",
+    "Slack Token": "slack-token",
+    "SoftLayer Credentials": "softlayer-credentials",
+    "Square OAuth Secret": "square-token",
+    "Stripe Access Key": "stripe-key",
+    "Telegram Bot Token": "telegram-bot-token",
+    "Twilio API Key": "twilio-api-key",
+}
+
+
+def mask(text: str) -> Masked:
+    """Replace every secret found in `text` with ``[SECRET:<type>]``.
+
+    Spans found by detect-secrets and by memsift's rules are merged where they overlap;
+    a merged span takes the most specific type, then the longest, then the first.
+    Placeholders already in the text are left alone, so masking twice changes nothing.
+
+    :param text: any str: empty, huge, with NUL bytes or lone surrogates.
+    :returns: `Masked(text, found)`, `found` holding one type per masked span.
+    :raises TypeError: if `text` is not a str. Nothing else: if detect-secrets fails,
+        memsift's rules alone are used and a warning is logged; if those fail too, the
+        whole text is withheld as ``[SECRET:unscanned]``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"mask() takes a str, not {type(text).__name__}")
+    if not text:
+        return Masked(text)
+    try:
+        # The scanned copy keeps every offset: our placeholders become blanks no rule takes,
+        # lone surrogates (which detect-secrets cannot hash) become U+FFFD.
+        scan = _PLACEHOLDER.sub(lambda m: "#" * len(m.group()), text)
+        scan = _SURROGATE.sub("\ufffd", scan)
+        spans = list(_rule_spans(scan))
+        if len(scan) > _DS_MAX_CHARS:
+            log.info("text of %d chars: secrets masked with memsift's rules only", len(scan))
+        elif spans or _has_trigger(scan):
+            spans.extend(_detect_secrets_spans(scan))
+        return _apply(text, spans)
+    except Exception:  # pragma: no cover - a bug in our rules; fail closed
+        log.warning("secret masking failed; text withheld", exc_info=True)
+        return Masked("[SECRET:unscanned]", ("unscanned",))
+
+
+def _rule_spans(scan: str) -> Iterator[_Span]:
+    for kind, rx in _RULES:
+        group = "s" if "s" in rx.groupindex else 0
+        for m in rx.finditer(scan):
+            if not _PLACEHOLDER_VALUE.match(m.group(group)):
+                yield _Span(m.start(group), m.end(group), kind)
+    for m in _ASSIGNMENT.finditer(scan):
+        name = m.group("flag") or m.group("name")
+        value_group = "qv" if m.group("q") else "v"
+        value = m.group(value_group)
+        if _secret_name(name) and _plausible(value, quoted=bool(m.group("q")), strict=True):
+            kind = "password" if _PASSWORD_NAME.search(name) else "secret"
+            yield _Span(m.start(value_group), m.end(value_group), kind)
+
+
+def _secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_NAME.search(name)
+
+
+def _plausible(value: str, *, quoted: bool, strict: bool) -> bool:
+    """Whether a value next to a secret-sounding name looks like a credential, not code.
+
+    Both modes reject placeholders (`<your-key>`, `${VAR}`, `changeme`...), whitespace,
+    brackets and `://`, and unquoted names (`None`, `self.password`). `strict` (memsift's
+    own rule, which accepts any name containing KEY or TOKEN) also wants 8+ characters
+    with a digit and a letter.
+    """
+    if (_PLACEHOLDER_VALUE.match(value) or "://" in value
+            or any(c.isspace() or c in "()[]{}" for c in value)):
+        return False
+    if not quoted and _IDENTIFIER.fullmatch(value):
+        return False
+    if strict:
+        return (len(value) >= 8 and any(c.isdigit() for c in value)
+                and any(c.isalpha() for c in value))
+    return len(value) >= 4
+
+
+def _has_trigger(scan: str) -> bool:
+    if _TRIGGER.search(scan):
+        return True
+    for m in _RUN.finditer(scan):
+        run = m.group()
+        if any(c.isdigit() for c in run) and any(c.isalpha() for c in run):
+            return True
+    return False
+
+
+def _detect_secrets_spans(scan: str) -> list[_Span]:
+    """Spans of the values detect-secrets reports; [] (and a warning) if it fails."""
+    pieces = list(_pieces(scan))
+    try:
+        from detect_secrets.core.scan import _process_line_based_plugins
+        from detect_secrets.settings import default_settings
+
+        with _DS_LOCK, default_settings() as settings:
+            settings.disable_plugins(*_DS_DISABLED)
+            hits = [
+                (s.line_number, s.type, s.secret_value)
+                for s in _process_line_based_plugins(
+                    lines=[(n, piece) for n, (_, piece) in enumerate(pieces, 1)],
+                    filename=_DS_FILENAME,
+                )
+            ]
+    except Exception as exc:  # its message could quote the text, so only the type is logged
+        log.warning("detect-secrets failed (%s); secrets masked with memsift's rules only",
+                    type(exc).__name__)
+        return []
+    spans = []
+    for number, ds_type, raw in hits:
+        offset, piece = pieces[number - 1]
+        value = (raw or "").strip(" \t\"'`").lstrip("=:")  # Artifactory reports its delimiters
+        value = value.removeprefix("AccountKey=")  # Azure reports the name too
+        if ds_type == "Secret Keyword":  # `Password=x;Server=y` and `key = value;` end at `;`
+            value = _NEXT_FIELD.split(value, 1)[0].rstrip(";,")
+        if ds_type == "Base64 High Entropy String" and _DIGEST.match(value):
+            continue
+        kind = _DS_TYPES.get(ds_type) or re.sub(r"[^a-z0-9]+", "-", ds_type.lower()).strip("-")
+        for at in _occurrences(piece, value):
+            if ds_type == "Secret Keyword":
+                quoted = at > 0 and piece[at - 1] in "\"'`"
+                if not _plausible(value, quoted=quoted, strict=False):
+                    continue
+                name = piece[max(0, at - 80):at]
+                kind = "password" if _PASSWORD_NAME.search(name) else "secret"
+            spans.append(_Span(offset + at, offset + at + len(value), kind))
+    return spans
+
+
+def _pieces(scan: str) -> Iterator[tuple[int, str]]:
+    """(offset, line) for each line, long lines cut into overlapping windows."""
+    offset = 0
+    for line in scan.split("\n"):
+        if len(line) <= _DS_WINDOW:
+            yield offset, line
+        else:
+            for start in range(0, len(line) - _DS_OVERLAP, _DS_WINDOW - _DS_OVERLAP):
+                yield offset + start, line[start:start + _DS_WINDOW]
+        offset += len(line) + 1
+
+
+def _occurrences(piece: str, value: str) -> Iterator[int]:
+    """Where `value` stands in `piece` as a whole token (not inside a longer word)."""
+    if not value:
+        return
+    at = piece.find(value)
+    while at >= 0:
+        end = at + len(value)
+        glued_left = at > 0 and piece[at - 1].isalnum() and value[0].isalnum()
+        glued_right = end < len(piece) and piece[end].isalnum() and value[-1].isalnum()
+        if not (glued_left or glued_right):
+            yield at
+        at = piece.find(value, at + 1)
+
+
+def _apply(text: str, spans: list[_Span]) -> Masked:
+    """Merge overlapping spans and replace each merged span by its placeholder."""
+    kept = [p.span() for p in _PLACEHOLDER.finditer(text)]
+    starts = [start for start, _ in kept]
+
+    def over_placeholder(span: _Span) -> bool:
+        i = bisect.bisect_right(starts, span.end - 1) - 1
+        return i >= 0 and kept[i][1] > span.start
+
+    groups: list[list[_Span]] = []
+    group_end = 0
+    # Stable sort on position: on a tie, memsift's rules (listed first) beat detect-secrets.
+    usable = (s for s in spans if s.end > s.start and not over_placeholder(s))
+    for span in sorted(usable, key=lambda s: (s.start, s.end)):
+        if groups and span.start < group_end:
+            groups[-1].append(span)
+            group_end = max(group_end, span.end)
+        else:
+            groups.append([span])
+            group_end = span.end
+    out: list[str] = []
+    found: list[str] = []
+    pos = 0
+    for group in groups:
+        best = min(group, key=lambda s: (_RANK.get(s.kind, 0), s.start - s.end))  # specific, longest, first
+        out += [text[pos:group[0].start], f"[SECRET:{best.kind}]"]
+        found.append(best.kind)
+        pos = max(s.end for s in group)
+    out.append(text[pos:])
+    return Masked("".join(out), tuple(found))

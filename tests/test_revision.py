@@ -1,0 +1,333 @@
+"""The reviser: line operations applied exactly, refused whole, logged, undone; the embedded reviser."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import numpy as np
+import pytest
+
+from memsift.classifiers.encoders import HashingEncoder
+from memsift.notes import NoteStore, parse_markdown
+from memsift.revision import (
+    Delete, Replace, RevisionError, Supersede, apply_ops, history, parse_ops, propose, revise, snapshot, undo,
+)
+
+SHOP = """\
+# memsift notes: shop
+
+<!-- free text above the notes stays as it is -->
+
+## N001 · 2026-01-01 · decision
+Payments go through Stripe.
+
+## N002 · 2026-02-01 · constraint
+The geocoding API allows 2,500 calls per day.
+
+## N003 · 2026-03-01 · decision
+We deploy with Helm charts on the k3s cluster.
+Staging first, then production.
+"""
+LINES = SHOP.splitlines()
+
+
+def line(n: int) -> str:
+    return LINES[n - 1]
+
+
+@pytest.fixture
+def store(tmp_path, encoder):
+    """A store whose notes.md is `SHOP`, written byte for byte."""
+    s = NoteStore(tmp_path / "shop", "shop", encoder=encoder)
+    s.folder.mkdir()
+    s.markdown.write_bytes(SHOP.encode())
+    return s
+
+
+def write(store, text: str) -> None:
+    store.markdown.write_bytes(text.encode())
+
+
+def with_line(n: int, text: str) -> list[str]:
+    return LINES[: n - 1] + [text] + LINES[n:]
+
+
+@pytest.mark.parametrize(
+    "op, expected",
+    [
+        (Replace(9, line(9), "The geocoding API allows 5,000 calls per day."),
+         with_line(9, "The geocoding API allows 5,000 calls per day.")),
+        (Delete(12, line(12)), LINES[:11] + LINES[12:]),
+        (Supersede("N001", "N003"), with_line(5, "## N001 · 2026-01-01 · decision · superseded by N003")),
+    ],
+)
+def test_ops_touch_only_the_lines_they_name(store, op, expected):
+    rev = revise(store, [op], backend="test")
+    assert store.markdown.read_bytes().decode().splitlines(keepends=True) == [x + "\n" for x in expected]
+    assert (rev.backend, rev.ops, rev.sha_after) == ("test", [op.as_dict()], snapshot(store)[1])
+
+
+def test_revised_file_is_reindexed(store, encoder):
+    revise(store, [Delete(n, line(n)) for n in (8, 9, 10)], backend="test")
+    query = "how many geocoding calls per day?"
+    hits = store.search(encoder.query([query])[0], query, k=3)
+    assert [n.id for n in hits.notes] and "N002" not in [n.id for n in hits.notes]
+
+
+def test_crlf_and_missing_final_newline_are_kept(store):
+    text = SHOP.replace("\n", "\r\n").removesuffix("\r\n")
+    write(store, text)
+    revise(store, [Replace(13, line(13), "Production only."), Delete(12, line(12)), Replace(2, "", "")], backend="test")
+    expected = text.splitlines(keepends=True)
+    expected[12], expected[11] = "Production only.", None
+    assert store.markdown.read_bytes() == "".join(x for x in expected if x is not None).encode()
+
+
+def test_a_bom_is_kept(store):
+    write(store, "\ufeff" + SHOP)
+    revise(store, [Replace(1, "# memsift notes: shop", "# memsift notes: the shop")], backend="test")
+    assert store.markdown.read_bytes().startswith("\ufeff# memsift notes: the shop\n".encode())
+
+
+@pytest.mark.parametrize(
+    "ops, reason",
+    [
+        ([Replace(9, "The geocoding API allows 1 call per day.", "x")], r"line 9 reads"),
+        ([Delete(99, "")], r"line 99 does not exist \(the file has 13 lines\)"),
+        ([Delete(0, "")], r"line 0 does not exist"),
+        ([Replace(9, line(9), "a"), Delete(9, line(9))], r"op 2 .*line 9 is already changed by op 1"),
+        ([Replace(9, line(9), "one\ntwo")], r"one line"),
+        ([Replace(9, line(9), "one\u2028two")], r"one line"),
+        ([Delete(8, line(8))], r"deletes the header of N002 but not its line 9"),
+        ([Delete(8, line(8)), Delete(9, line(9)), Replace(10, "", "stray text")], r"but not its line 10"),
+        ([Replace(8, line(8), "## N002 2026-02-01 constraint")], r"not a note header"),
+        ([Replace(8, line(8), "## N002 · 2026-02-01 · idea")], r"kind 'idea'"),
+        ([Replace(8, line(8), "## N009 · 2026-02-01 · constraint")], r"rename note N002 to N009"),
+        ([Replace(8, line(8), "N002: geocoding")], r"turn the header of N002 into text"),
+        ([Replace(9, line(9), "## N004 · 2026-02-01 · context")], r"cannot add notes"),
+        ([Replace(9, line(9), "## N001 · 2026-02-01 · context")], r"cannot add notes"),
+        ([Delete(9, line(9))], r"N002 would be left with no text"),
+        ([Supersede("N009", "N001")], r"there is no note N009"),
+        ([Supersede("N001", "N009")], r"there is no note N009"),
+        ([Supersede("N001", "N001")], r"cannot supersede itself"),
+        ([Supersede("N001", "N003"), Supersede("N003", "N001")], r"cycle"),
+        ([Supersede("N001", "N003")] + [Delete(n, line(n)) for n in (11, 12, 13)], r"N003 does not exist after"),
+        ([Replace(8, line(8), line(8) + " · superseded by N002")], r"cannot supersede itself"),
+    ],
+)
+def test_invalid_ops_are_refused_and_nothing_changes(store, ops, reason):
+    with pytest.raises(RevisionError, match=reason):
+        revise(store, ops, backend="test")
+    assert store.markdown.read_bytes() == SHOP.encode()
+    assert history(store) == []
+    with pytest.raises(RevisionError, match=reason):  # the pure function says the same
+        apply_ops(SHOP, ops)
+
+
+def test_supersede_refuses_notes_already_superseded(store):
+    revise(store, [Supersede("N001", "N003")], backend="test")
+    text, _ = snapshot(store)
+    with pytest.raises(RevisionError, match="N001 is already superseded by N003"):
+        apply_ops(text, [Supersede("N001", "N002")])
+    with pytest.raises(RevisionError, match="N001 is itself superseded by N003"):
+        apply_ops(text, [Supersede("N002", "N001")])
+    with pytest.raises(RevisionError, match="N001 is superseded by N003, which this deletes"):
+        apply_ops(text, [Delete(n, line(n)) for n in (11, 12, 13)])
+
+
+def test_a_file_that_does_not_parse_is_not_revised(store):
+    write(store, SHOP + "\n## broken header\n")
+    with pytest.raises(RevisionError, match="does not parse.*fix it by hand"):
+        revise(store, [Delete(13, line(13))], backend="test")
+
+
+@pytest.mark.parametrize(
+    "reply, reason",
+    [
+        ("Sure! I would delete line 9.", r"not JSON"),
+        ('{"op": "delete", "line": 9, "old": "x"}', r"a JSON dict, not a list"),
+        ('[{"op": "rename", "line": 9}]', r"item 1 .* is not an operation"),
+        ('["delete line 9"]', r"is not an operation"),
+        ('[{"op": "delete", "line": 9}]', r"delete takes exactly line, old"),
+        ('[{"op": "delete", "line": 9, "old": "x", "why": "dup"}]', r"takes exactly"),
+        ('[{"op": "delete", "line": "9", "old": "x"}]', r"line must be an integer"),
+        ('[{"op": "delete", "line": true, "old": "x"}]', r"line must be an integer"),
+        ('[{"op": "supersede", "note": "N001", "by": 3}]', r"by must be a string"),
+    ],
+)
+def test_replies_that_are_not_ops_change_nothing(store, reply, reason):
+    with pytest.raises(RevisionError, match=reason):
+        revise(store, parse_ops(reply), backend="llm")
+    assert store.markdown.read_bytes() == SHOP.encode()
+
+
+def test_parse_ops_reads_bare_and_fenced_json():
+    ops = [Delete(9, "x"), Replace(1, "a", "b"), Supersede("N001", "N003")]
+    reply = json.dumps([op.as_dict() for op in ops])
+    assert parse_ops(reply) == ops
+    assert parse_ops(f"Here are the edits:\n```json\n{reply}\n```\nDone.") == ops
+    assert parse_ops("[]") == []
+
+
+def test_empty_ops_write_nothing(store):
+    assert revise(store, [], backend="test") is None
+    assert revise(store, [Replace(2, "", "")], backend="test") is None
+    assert history(store) == [] and not (store.folder / "revisions").exists()
+
+
+def test_log_records_the_revision(store):
+    rev = revise(store, [Delete(13, line(13))], backend="embedded")
+    (entry,) = [json.loads(x) for x in (store.folder / "revisions.jsonl").read_text().splitlines()]
+    assert entry["id"] == rev.id == "R0001" and entry["action"] == "revise" and entry["backend"] == "embedded"
+    assert entry["ops"] == [{"op": "delete", "line": 13, "old": line(13)}]
+    assert entry["time"].endswith("+00:00")
+    assert (store.folder / entry["saved"]).read_bytes() == SHOP.encode()
+
+
+def test_undo_restores_bytes_and_walks_back(store):
+    write(store, SHOP.replace("\n", "\r\n"))
+    first = store.markdown.read_bytes()
+    revise(store, [Delete(13, line(13))], backend="test")
+    second = store.markdown.read_bytes()
+    revise(store, [Supersede("N001", "N003")], backend="test")
+    assert undo(store).undoes == "R0002"
+    assert store.markdown.read_bytes() == second
+    assert undo(store).undoes == "R0001"
+    assert store.markdown.read_bytes() == first
+    with pytest.raises(RevisionError, match="no revision to undo"):
+        undo(store)
+    assert [(e.id, e.action, e.undoes) for e in history(store)] == [
+        ("R0001", "revise", None), ("R0002", "revise", None), ("R0003", "undo", "R0002"), ("R0004", "undo", "R0001")]
+
+
+def test_undo_after_a_hand_edit_is_refused(store):
+    revise(store, [Delete(13, line(13))], backend="test")
+    edited = store.markdown.read_bytes() + b"A line typed by hand.\n"
+    store.markdown.write_bytes(edited)
+    with pytest.raises(RevisionError, match=r"changed since revision R0001 .*by hand.*revisions/[0-9a-f]{40}\.md"):
+        undo(store)
+    assert store.markdown.read_bytes() == edited
+    assert len(history(store)) == 1
+
+
+def test_a_torn_log_line_is_skipped(store, caplog):
+    revise(store, [Delete(13, line(13))], backend="test")
+    with open(store.folder / "revisions.jsonl", "a") as fh:
+        fh.write('{"id": "R0002", "act')  # a crash in the middle of an append
+    assert undo(store).id == "R0002"
+    assert store.markdown.read_bytes() == SHOP.encode()
+    assert "revisions.jsonl:2: skipped" in caplog.text
+    assert [(e.id, e.action) for e in history(store)] == [("R0001", "revise"), ("R0002", "undo")]
+
+
+def test_a_missing_notes_file_is_refused(tmp_path, encoder):
+    store = NoteStore(tmp_path / "none", "none", encoder=encoder)
+    with pytest.raises(RevisionError, match="does not exist"):
+        revise(store, [Delete(1, "")], backend="test")
+
+
+def test_expected_sha_mismatch_is_refused(store):
+    text, sha = snapshot(store)
+    revise(store, [Delete(13, line(13))], backend="test", expected_sha=sha)
+    after = store.markdown.read_bytes()
+    with pytest.raises(RevisionError, match="changed since these ops were proposed"):
+        revise(store, [Replace(9, line(9), "x")], backend="test", expected_sha=sha)
+    assert store.markdown.read_bytes() == after
+
+
+def notes_file(*notes: tuple[str, str, str, str]) -> str:
+    out = ["# memsift notes: p", ""]
+    for nid, date, kind, text in notes:
+        out += [f"## {nid} · {date} · {kind}", text, ""]
+    return "\n".join(out[:-1]) + "\n"
+
+
+def test_reviser_removes_duplicates_and_keeps_the_older(store):
+    text = notes_file(
+        ("N001", "2026-01-01", "decision", "Payments go through Stripe."),
+        ("N002", "2026-01-02", "constraint", "The geocoding API allows 2,500 calls per day."),
+        ("N003", "2026-01-03", "decision", "payments   go through STRIPE."),  # exact, up to case and spacing
+        ("N004", "2026-01-04", "constraint", "The geocoding API allows 2,500 calls per day!"),  # near
+        ("N005", "2026-01-05", "constraint", "The geocoding API allows 5,000 calls per day."),  # other number
+        ("N006", "2026-01-06", "decision", "Stripe goes through payments."),  # other order
+        ("N007", "2026-01-07", "context", "The geocoding API allows 2,500 calls per day, sadly."),  # other kind
+    )
+    write(store, text)
+    ops = propose(text)
+    assert {op.old for op in ops if op.old.startswith("## ")} == {"## N003 · 2026-01-03 · decision",
+                                                                  "## N004 · 2026-01-04 · constraint"}
+    revise(store, ops, backend="embedded")
+    after, _ = snapshot(store)
+    assert [n.id for n in parse_markdown(after).notes] == ["N001", "N002", "N005", "N006", "N007"]
+    assert propose(after) == []
+
+
+def test_reviser_uses_cosine_for_near_duplicates():
+    text = notes_file(("N001", "2026-01-01", "convention", "Tests run with pytest -q in CI."),
+                      ("N002", "2026-01-02", "convention", "CI runs the tests with pytest -q."))
+    close, far = np.array([1.0, 0.1]), np.array([1.0, 0.3])  # cos 0.995; then 0.88
+    assert propose(text, {"N001": np.array([1.0, 0.0]), "N002": close})[0] == Delete(5, "")
+    assert propose(text, {"N001": np.array([1.0, -0.2]), "N002": far}) == []
+
+
+def test_reviser_tidies_the_end_of_the_file_and_moves_links(store):
+    text = notes_file(
+        ("N001", "2026-01-01", "decision", "Payments go through Stripe."),
+        ("N002", "2026-01-02", "decision", "Payments go through Adyen."),
+        ("N003", "2026-01-03", "decision", "Payments go through Stripe."),
+    ).replace("## N002 · 2026-01-02 · decision", "## N002 · 2026-01-02 · decision · superseded by N003")
+    after = apply_ops(text, propose(text))
+    assert after == notes_file(
+        ("N001", "2026-01-01", "decision", "Payments go through Stripe."),
+        ("N002", "2026-01-02", "decision", "Payments go through Adyen."),
+    ).replace("## N002 · 2026-01-02 · decision", "## N002 · 2026-01-02 · decision · superseded by N001")
+
+
+def test_reviser_links_supersession_from_vectors():
+    notes = [("N001", "2026-01-01", "decision", "Payments go through Stripe for the EU shop."),
+             ("N002", "2026-01-02", "constraint", "The geocoding API allows 2,500 calls per day."),
+             ("N003", "2026-03-01", "decision", "Payments moved from Stripe to Mollie for the EU shop.")]
+    text = notes_file(*notes)
+    vectors = {"N001": np.array([1.0, 0.0, 0.1]), "N002": np.array([0.0, 1.0, 0.0]),
+               "N003": np.array([0.9, 0.0, 0.42])}  # N001 . N003: cos 0.94, a neighbour but no duplicate
+    assert propose(text) == []
+    assert propose(text, vectors) == [Supersede("N001", "N003")]
+    vectors["N003"] = np.array([1.0, 0.0, 0.15])  # cos 0.999, but N003 says something changed
+    assert propose(text, vectors) == [Supersede("N001", "N003")]
+    after = apply_ops(text, propose(text, vectors))
+    assert propose(after, vectors) == []
+
+
+def _revise_in_process(folder, op, expected_sha, barrier, results):
+    store = NoteStore(folder, "shop", encoder=HashingEncoder())
+    barrier.wait()
+    try:
+        revise(store, [op], backend="race", expected_sha=expected_sha)
+        results.put("ok")
+    except RevisionError as exc:
+        results.put(f"refused: {exc}")
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_two_processes_revise_at_once(store, pinned):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    sha = snapshot(store)[1] if pinned else None
+    ops = [Replace(9, line(9), "The geocoding API allows 5,000 calls per day."), Delete(13, line(13))]
+    procs = [ctx.Process(target=_revise_in_process, args=(store.folder, op, sha, barrier, results)) for op in ops]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    outcomes = sorted(results.get(timeout=5) for _ in procs)
+    if pinned:  # both proposed from one text: the second to get the lock sees it changed
+        assert outcomes[0] == "ok" and outcomes[1].startswith("refused: ") and "changed since" in outcomes[1]
+    else:  # different lines: each applies on top of the other
+        assert outcomes == ["ok", "ok"]
+    text, _ = snapshot(store)
+    parse_markdown(text, strict=True)
+    assert len(history(store)) == outcomes.count("ok")
+    for _ in range(outcomes.count("ok")):
+        undo(store)
+    assert store.markdown.read_bytes() == SHOP.encode()
