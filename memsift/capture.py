@@ -10,8 +10,8 @@ For one session's transcript (`capture`):
    `MAX_NOTES_PER_SESSION` per session, surest first;
 4. each kept exchange becomes a short note (its answer's first sentences, `note_text`) in
    the project's notes, and a passage (`User: ... Assistant: ...`) in its passage store;
-5. the embedded reviser (`memsift.revision`) then removes duplicates and marks the notes
-   the new ones replace, by line operations.
+5. the reviser (`memsift.revisers`: the embedded one unless another is configured) then
+   removes duplicates and marks the notes the new ones replace, by line operations.
 
 Runs of the same session are serialised by a lock file; runs of different sessions only
 meet in the notes store, which has its own lock.
@@ -199,6 +199,7 @@ def capture(
                 if final and size > offset:
                     log.warning("capture %s: zero exchanges in %d new bytes of %s (format changed?)",
                                 session, size - offset, path)
+                state.put(session, str(path), str(root), offset, 0, kept_before)  # known to later sweeps
                 return result
             if model is None:
                 from .classifiers.embedded import EmbeddedChoiceModel
@@ -220,7 +221,7 @@ def _store(chosen, folder: Path, title: str, encoder, session: str, today: str |
     from .backends import Passage
     from .backends.sqlite import SQLiteBackend
     from .notes import Note, NoteStore
-    from .revision import propose, revise
+    from .revisers import EmbeddedReviser, load_reviser, revise_notes
 
     date = today or dt.date.today().isoformat()
     store = NoteStore(folder, title, encoder=encoder)
@@ -238,10 +239,14 @@ def _store(chosen, folder: Path, title: str, encoder, session: str, today: str |
     finally:
         backend.close()
     if added:
-        text = store.markdown.read_text(encoding="utf-8")
-        ops = propose(text, store.vectors_by_id())
-        if ops:
-            revise(store, ops, backend="embedded")
+        try:
+            reviser = load_reviser()
+        except ValueError as exc:
+            log.warning("reviser misconfigured (%s): using the embedded reviser", exc)
+            reviser = EmbeddedReviser()
+        ops, revision = revise_notes(store, reviser)
+        if revision is not None:
+            log.info("capture %s: revision %s by %s, %d operations", session, revision.id, revision.backend, len(ops))
     return [n.id for n in added]
 
 

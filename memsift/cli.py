@@ -115,6 +115,25 @@ def _notes_undo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _notes_revise(args: argparse.Namespace) -> int:
+    from .revisers import load_reviser, revise_notes
+    from .revision import RevisionError
+
+    store = _store(args.project)
+    try:
+        ops, revision = revise_notes(store, load_reviser(), dry_run=args.dry_run)
+    except (RevisionError, ValueError) as exc:
+        print(f"memsift notes revise: {exc}", file=sys.stderr)
+        return 1
+    for op in ops:
+        print(op)
+    if revision is not None:
+        print(f"applied as {revision.id} ({store.markdown}); `memsift notes undo` reverts it")
+    elif not ops:
+        print("nothing to revise")
+    return 0
+
+
 def _recall(args: argparse.Namespace) -> int:
     from .classifiers.embedded import EmbeddedChoiceModel
     from .notes import NotesFormatError
@@ -182,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = notes.add_parser("list", help="print the notes file's path and its notes")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_list)
+    p = notes.add_parser("revise", help="tidy the notes file by line operations (duplicates, superseded notes)")
+    p.add_argument("--dry-run", action="store_true", help="print the operations, change nothing")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_revise)
     p = notes.add_parser("undo", help="revert the last revision of the notes file (by the reviser), byte for byte")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_undo)

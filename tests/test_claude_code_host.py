@@ -212,3 +212,30 @@ def test_small_talk_injects_nothing(claude_bin: str, project: Project, base_env:
     assert_plugin_loaded(turn)
     assert MARKER not in turn.model_text, \
         f"memsift injected context for small talk\n{turn.describe()}"
+
+
+def test_capture_hooks_fire_and_capture_the_session(claude_bin: str, project: Project,
+                                                    base_env: dict[str, str],
+                                                    fake_api: FakeAnthropicAPI) -> None:
+    """The real CLI fires the plugin's Stop (and SessionEnd) hooks, which hand the
+    session's transcript to a detached capture; capture records the session."""
+    import sqlite3
+    import time
+
+    turn = claude_turn(claude_bin, "ok thanks", project.path, base_env, fake_api)
+    assert_plugin_loaded(turn)
+    log = Path(base_env["MEMSIFT_HOME"], "logs", "hook.log")
+    started = [line for line in log.read_text(encoding="utf-8").splitlines() if "memsift capture" in line]
+    assert any("hook stop: started" in line for line in started), f"Stop started no capture\n{turn.describe()}"
+    assert any("hook session-start: started" in line and "--sweep" in line for line in started)
+    db = Path(base_env["MEMSIFT_HOME"], "capture.sqlite")
+    deadline = time.time() + 90
+    rows: list = []
+    while time.time() < deadline and not rows:
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                rows = conn.execute("SELECT session, transcript FROM sessions").fetchall()
+        time.sleep(0.3)
+    assert rows, "the detached capture never recorded the session\n" + turn.describe()
+    session, transcript = rows[0]
+    assert Path(transcript).name == f"{session}.jsonl" and Path(base_env["HOME"]) in Path(transcript).parents
