@@ -24,7 +24,7 @@ import logging
 import re
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .transcript import Exchange, read_exchanges
@@ -71,20 +71,53 @@ def plain(text: str) -> str:
     return " ".join(_MARKUP.sub("", _CODE_BLOCK.sub(" ", text)).split())
 
 
+# Sentences that narrate the work instead of stating a result ("Let me check the logs.").
+_NARRATION = re.compile(
+    r"^(?:i'll|i will|i'm going to|i am going to|let me|let's see|looking at|checking|first,|now,|sure|okay|ok\b|"
+    r"great|understood|good question|got it|je vais|voyons|d'accord|compris|parfait|ich werde|lass mich|"
+    r"voy a|déjame|vale|好的|我来|让我|首先)", re.IGNORECASE)
+# Words that carry a choice and its reason, a rule, or a cause and its fix, in the five languages.
+_SUBSTANCE = re.compile(
+    r"\b(?:because|since|instead|rather than|chose|chosen|decided|switch|must|never|always|only|limit|"
+    r"fix|root cause|caused|due to|so that|parce que|car|au lieu|plutôt|choisi|décidé|jamais|toujours|"
+    r"seulement|corrig|cause|weil|statt|anstatt|entschieden|nie|immer|nur|behoben|porque|en lugar|"
+    r"decidimos|nunca|siempre|solo|arregl)\b|因为|所以|改为|决定|不要|必须|修复|原因", re.IGNORECASE)
+# A user's message that states the decision itself ("let's go with X, because Y").
+_USER_DECIDES = re.compile(
+    r"\b(?:we decided|let's go with|let's use|we'll use|we will use|we chose|from now on|never|always|"
+    r"on a décidé|on part sur|on garde|désormais|jamais|toujours|wir nehmen|ab jetzt|nie|immer|"
+    r"vamos a usar|decidimos|a partir de ahora|nunca|siempre)\b|决定|以后|不要再|一律", re.IGNORECASE)
+_USER_NOTE_CHARS = 300
+
+
 def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
-    """A short note from an exchange: the first sentences of the answer, up to `limit`
-    characters; the user's words when the answer has no text of its own."""
-    source = plain(exchange.assistant) or plain(exchange.user)
-    out = ""
-    for sentence in (s.strip() for s in _SENTENCE.split(source)):
-        if not sentence:
-            continue
-        if out and len(out) + 1 + len(sentence) > limit:
+    """A short note from an exchange, at most `limit` characters.
+
+    Extractive, since the embedded model cannot write: the answer's sentences without the
+    ones that narrate the work ("Let me check..."), those that carry a reason, a rule or a
+    fix first (`_SUBSTANCE`), then the others in order; when the user's message states the
+    decision itself ("let's go with X because Y") and is short, it leads the note; when the
+    answer says nothing of its own ("Done."), the user's words are the note.
+    """
+    sentences = [x.strip() for x in _SENTENCE.split(plain(exchange.assistant)) if x.strip()]
+    sentences = [x for x in sentences if not _NARRATION.match(x)]
+    user = plain(exchange.user)
+    lead = ""
+    if not sentences or sum(map(len, sentences)) < 40:
+        lead, sentences = user, []
+    elif len(user) <= _USER_NOTE_CHARS and _USER_DECIDES.search(user):
+        lead = user
+    ranked = sorted(range(len(sentences)), key=lambda i: (not _SUBSTANCE.search(sentences[i]), i))
+    room = limit - len(lead) - (3 if lead else 0)
+    chosen: list[int] = []
+    for i in ranked:
+        if sum(len(sentences[j]) + 1 for j in chosen) + len(sentences[i]) > room and chosen:
             break
-        out = f"{out} {sentence}".strip()
-        if len(out) >= limit // 2:
+        chosen.append(i)
+        if sum(len(sentences[j]) + 1 for j in chosen) >= room // 2:
             break
-    out = out.rstrip(" ;:,")
+    body = " ".join(sentences[i] for i in sorted(chosen))
+    out = (f"{lead} — {body}" if lead and body else lead or body).rstrip(" ;:,")
     return out if len(out) <= limit else out[: limit - 1].rstrip() + "…"
 
 
@@ -192,7 +225,7 @@ def capture(
             result.offset = offset
             exchanges = []
             for ex in read_exchanges(path, offset, final=final):
-                exchanges.append(Exchange(mask(ex.user).text, mask(ex.assistant).text, ex.start, ex.end))
+                exchanges.append(replace(ex, user=mask(ex.user).text, assistant=mask(ex.assistant).text))
             result.exchanges = len(exchanges)
             if not exchanges:
                 result.skipped = "no complete exchange since the last capture"
@@ -200,14 +233,20 @@ def capture(
                     log.warning("capture %s: zero exchanges in %d new bytes of %s (format changed?)",
                                 session, size - offset, path)
                 state.put(session, str(path), str(root), offset, 0, kept_before)  # known to later sweeps
+                log.info("capture %s: nothing new in %s (offset %d of %d bytes)", session, path, offset, size)
                 return result
             if model is None:
                 from .classifiers.embedded import EmbeddedChoiceModel
 
                 model = EmbeddedChoiceModel()
             chosen = select(exchanges, model, MAX_NOTES_PER_SESSION - kept_before)
+            if kept_before + len(chosen) >= MAX_NOTES_PER_SESSION:
+                log.info("capture %s: the session reached its %d notes; later exchanges are not considered",
+                         session, MAX_NOTES_PER_SESSION)
             if chosen:
-                result.kept = _store(chosen, folder, root.name, getattr(model, "encoder", None), session, today)
+                notes, passages = _store(chosen, folder, root.name, getattr(model, "encoder", None), session, today)
+                result.kept = [n.id for n in notes]
+                _queue_for_server(home, folder, notes, passages)
             result.offset = exchanges[-1].end
             state.put(session, str(path), str(root), result.offset, len(exchanges), kept_before + len(result.kept))
         finally:
@@ -216,8 +255,26 @@ def capture(
     return result
 
 
-def _store(chosen, folder: Path, title: str, encoder, session: str, today: str | None) -> list[str]:
-    """Append the chosen exchanges as notes and passages, then revise; the new note ids."""
+def _queue_for_server(home: Path, folder: Path, notes, passages) -> None:
+    """When a Cognee server is configured, put the new notes and passages in the outbox
+    (framed as memsift pastes them) and try to send them."""
+    from .config import cognee_config
+
+    config = cognee_config()
+    if config is None or not (notes or passages):
+        return
+    from .backends.cognee import dataset_name, frame_passage
+    from .recall import Item, frame
+    from .sync import flush, queue
+
+    texts = [frame(Item(n.id, "note", n.date, n.text, n.kind)) for n in notes] + [frame_passage(p) for p in passages]
+    queue(home, dataset_name(folder.name), texts)
+    flush(home, config)
+
+
+def _store(chosen, folder: Path, title: str, encoder, session: str, today: str | None) -> tuple[list, list]:
+    """Append the chosen exchanges as notes and passages, then revise; the notes and
+    passages added."""
     from .backends import Passage
     from .backends.sqlite import SQLiteBackend
     from .notes import Note, NoteStore
@@ -226,16 +283,19 @@ def _store(chosen, folder: Path, title: str, encoder, session: str, today: str |
     date = today or dt.date.today().isoformat()
     store = NoteStore(folder, title, encoder=encoder)
     known = {n.text for n in store.notes()}
-    notes = []
+    notes, sources = [], []
     for ex, kind, _ in chosen:
         text = note_text(ex)
         if text and text not in known:
             known.add(text)
-            notes.append(Note("", date, kind, text, session=session))
-    added = store.add(notes, link_supersession=False) if notes else []
+            notes.append(Note("", ex.date or date, kind, text, session=session))
+            sources.append(ex)
+    added = store.add(notes, link_supersession=False, skip_known=True) if notes else []
+    source = {note.text: ex for note, ex in zip(notes, sources)}  # add() masks and may skip: match by text
+    passages = [Passage(f"{n.id}-x", n.date, passage_text(source[n.text])) for n in added if n.text in source]
     backend = SQLiteBackend(folder / "passages.sqlite", store.encoder)
     try:
-        backend.add([Passage(f"{n.id}-x", n.date, passage_text(ex)) for n, (ex, _, _) in zip(added, chosen)])
+        backend.add(passages)
     finally:
         backend.close()
     if added:
@@ -247,7 +307,7 @@ def _store(chosen, folder: Path, title: str, encoder, session: str, today: str |
         ops, revision = revise_notes(store, reviser)
         if revision is not None:
             log.info("capture %s: revision %s by %s, %d operations", session, revision.id, revision.backend, len(ops))
-    return [n.id for n in added]
+    return added, passages
 
 
 #: A session whose transcript has not changed for this long is taken as ended by a sweep.
@@ -295,4 +355,11 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
             results.append(capture(path, session, cwd, final=True, home=home, model=model))
         except Exception:
             log.exception("sweep: capture of %s (%s) failed", session, path)
+    from .config import cognee_config
+
+    config = cognee_config()
+    if config is not None:  # what earlier sessions could not send goes now, if the server is back
+        from .sync import flush
+
+        flush(home, config)
     return results

@@ -52,9 +52,10 @@ def _capture(args: argparse.Namespace) -> int:
         else:
             print("memsift capture: give --transcript and --session, or --sweep", file=sys.stderr)
             return 2
-    except Exception as exc:  # logged with its traceback for the detached runs
-        logging.getLogger("memsift").exception("capture failed")
-        print(f"memsift capture: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if args.log:  # the hooks' detached runs: the traceback goes to capture.log
+            logging.getLogger("memsift").exception("capture failed")
+        print(f"memsift capture: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     for r in results:
         print(f"{r.session}: {r.exchanges} exchanges read, notes added {r.kept or 'none'}"
@@ -213,4 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except OSError as exc:  # an unwritable or misplaced MEMSIFT_HOME, a full disk: say so, no traceback
+        print(f"memsift {args.command}: {exc}", file=sys.stderr)
+        return 1

@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 
 def memsift_home() -> Path:
@@ -70,3 +71,23 @@ class Settings:
     context_turns: int = 12
     #: Hard cap on pasted characters per message (the host allows 10,000).
     max_chars: int = 1500
+
+
+@dataclass(frozen=True)
+class CogneeConfig:
+    """Where the Cognee memory server is and how to authenticate (an API key or a JWT)."""
+
+    url: str
+    api_key: str | None = None
+    jwt: str | None = None
+
+
+def cognee_config(env: Mapping[str, str] | None = None) -> CogneeConfig | None:
+    """The Cognee server from `MEMSIFT_COGNEE_URL`, with `MEMSIFT_COGNEE_API_KEY` (else
+    `COGNEE_API_KEY`) or `MEMSIFT_COGNEE_TOKEN` (a login JWT); None when no URL is set."""
+    env = os.environ if env is None else env
+    url = env.get("MEMSIFT_COGNEE_URL", "").strip()
+    if not url:
+        return None
+    return CogneeConfig(url, env.get("MEMSIFT_COGNEE_API_KEY") or env.get("COGNEE_API_KEY") or None,
+                        env.get("MEMSIFT_COGNEE_TOKEN") or None)

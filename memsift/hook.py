@@ -66,20 +66,23 @@ def parse_input(raw: bytes, required: tuple[str, ...] = ("prompt", "cwd")) -> di
     return payload
 
 
-def user_prompt_submit(payload: dict[str, Any], home: Path) -> str | None:
-    """Run recall for one prompt; the additionalContext to inject, or None."""
+def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None, list[str]]:
+    """Run recall for one prompt: the additionalContext to inject (or None), and the notices
+    owed to the user and the agent (a memory service paused or resumed)."""
+    from .config import cognee_config
+
     prompt = payload["prompt"][:MAX_PROMPT_CHARS]
     session = str(payload.get("session_id") or "unknown")
     if not prompt.strip():
         log.info("session %s: empty prompt, nothing to do", session)
-        return None
+        return None, []
     root = project_root(payload["cwd"])
     folder = project_dir(root, home)
-    if not (folder / "notes.md").exists() and not (folder / "passages.sqlite").exists():
+    cognee = cognee_config()
+    if cognee is None and not (folder / "notes.md").exists() and not (folder / "passages.sqlite").exists():
         log.info("session %s: no memory yet for %s, nothing to do", session, root)
-        return None
+        return None, []
 
-    from .backends.sqlite import SQLiteBackend
     from .classifiers.embedded import EmbeddedChoiceModel
     from .config import Settings
     from .ledger import Ledger
@@ -90,7 +93,20 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> str | None:
     settings = Settings()
     model = EmbeddedChoiceModel()
     notes = NoteStore(folder, root.name, encoder=model.encoder)
-    backend = SQLiteBackend(folder / "passages.sqlite", model.encoder) if (folder / "passages.sqlite").exists() else None
+    breakers = None
+    if cognee is not None:  # the server is the passage tier; its breaker pauses it
+        from .backends.cognee import CogneeBackend, dataset_name
+        from .breaker import Breakers, GuardedBackend
+
+        breakers = Breakers(home / "services.sqlite")
+        server = CogneeBackend(cognee.url, dataset_name(folder.name), model.encoder, api_key=cognee.api_key, jwt=cognee.jwt)
+        backend = GuardedBackend(server, breakers, "cognee")
+    elif (folder / "passages.sqlite").exists():
+        from .backends.sqlite import SQLiteBackend
+
+        backend = SQLiteBackend(folder / "passages.sqlite", model.encoder)
+    else:
+        backend = None
     previous, seen = read_transcript(payload["transcript_path"], settings.context_turns)
     scope = f"{session}:{folder.name}"  # item ids are per project
     try:
@@ -106,17 +122,18 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> str | None:
                 ledger.record(scope, [i.id for i in result.items])
             except sqlite3.Error as exc:
                 log.warning("could not record pasted ids in the ledger: %s", exc)
+        notices = breakers.take_notices(session) if breakers is not None else []
     finally:
         if ledger is not None:
             ledger.close()
         if backend is not None:
             backend.close()
     log.info(
-        "session %s: genre %s, pasted %s (%d chars) in %.0f ms; trace %s",
-        session, result.genre, [i.id for i in result.items], len(result.text), result.ms,
+        "session %s: genre %s, pasted %s (%d chars) in %.0f ms; notices %s; trace %s",
+        session, result.genre, [i.id for i in result.items], len(result.text), result.ms, notices,
         json.dumps(result.trace, ensure_ascii=False),
     )
-    return result.text or None
+    return "\n".join(notices + ([result.text] if result.text else [])) or None, notices
 
 
 #: Capture events: whether the session's last exchange is complete when they fire.
@@ -135,14 +152,18 @@ def start_capture(payload: dict[str, Any], event: str) -> list[str] | None:
 
     session = str(payload.get("session_id") or "")
     transcript = payload["transcript_path"]
-    # -P: the project folder (the cwd) is never on sys.path, so its own `memsift/` cannot shadow ours
-    command = [sys.executable, "-P", "-m", "memsift", "capture", "--log", "--cwd", payload["cwd"]]
+    if not Path(payload["cwd"]).is_dir():
+        log.warning("%s: cwd %r is not a folder, nothing to capture", event, payload["cwd"][:200])
+        return None
+    # -P: the project folder (the cwd) is never on sys.path, so its own `memsift/` cannot shadow
+    # ours; `--name=value`: a value starting with "-" stays a value
+    command = [sys.executable, "-P", "-m", "memsift", "capture", "--log", f"--cwd={payload['cwd']}"]
     if event == "session-start":
-        command += ["--sweep", "--exclude", session]
+        command += ["--sweep", f"--exclude={session}"]
         if transcript:
-            command += ["--dir", str(Path(transcript).parent)]
+            command += [f"--dir={Path(transcript).parent}"]
     elif transcript and session:
-        command += ["--transcript", transcript, "--session", session] + (["--final"] if CAPTURE_EVENTS[event] else [])
+        command += [f"--transcript={transcript}", f"--session={session}"] + (["--final"] if CAPTURE_EVENTS[event] else [])
     else:
         log.warning("%s: no transcript_path or session_id in the payload, nothing to capture", event)
         return None
@@ -168,12 +189,15 @@ def run(event: str, stdin: bytes | None = None) -> int:
             if command:
                 log.info("hook %s: started %s", event, " ".join(command[2:]))
             context = None
+            notices = []
         elif event == "user-prompt-submit":
-            context = user_prompt_submit(parse_input(raw), home)
+            context, notices = user_prompt_submit(parse_input(raw), home)
         else:
             raise HookInputError(f"unknown hook event {event!r}")
         if context:
-            out = {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": context}}
+            out: dict[str, Any] = {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": context}}
+            if notices:  # shown to the user, not to the model
+                out["systemMessage"] = " ".join(notices)
             sys.stdout.buffer.write(json.dumps(out, ensure_ascii=True).encode("ascii"))
             sys.stdout.buffer.flush()
     except HookInputError as exc:

@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import sqlite3
+import stat
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,7 +85,8 @@ class NotesFile:
 def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> NotesFile:
     """Read a notes Markdown file.
 
-    Strict (before any write): a `## ` line that is not a valid note header, or an id used
+    Text above the first note header is the preamble, whatever it holds. Below it, strict
+    (before any write): a `## ` line that is not a valid note header, or an id used
     twice, raises `NotesFormatError` naming the file and line, so that nothing is rewritten
     from a file memsift misread. Lenient (for recall): such a line stays in the text of the
     note above it, a repeated id is skipped, and each problem is listed in `problems`.
@@ -113,6 +115,9 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
     for lineno, line in enumerate(text.splitlines(), 1):
         m = _HEADER.match(line.rstrip()) if line.startswith("## ") else None
         problem = None
+        if current is None and not m:
+            preamble.append(line)  # above the first note, any text is the user's, `## ` headings too
+            continue
         if line.startswith("## ") and not m:
             problem = f"{source}:{lineno}: expected '## <id> · <YYYY-MM-DD> · <kind>', got {line!r}"
         elif m and m["kind"] not in KINDS:
@@ -182,10 +187,18 @@ def _serial(note_id: str) -> int | None:
 
 
 def atomic_write(path: Path, data: str) -> None:
-    """Write `data` (UTF-8) to `path` through a temp file, fsync and `os.replace`."""
+    """Write `data` (UTF-8) to `path` through a temp file, fsync and `os.replace`; an
+    existing file keeps its permissions, a new one gets the umask's."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(data)
             fh.flush()
@@ -263,7 +276,7 @@ class NoteStore:
         across `FileLock` objects, so take it once per operation."""
         return self._lock()
 
-    def add(self, new: Iterable[Note], *, link_supersession: bool = True) -> list[Note]:
+    def add(self, new: Iterable[Note], *, link_supersession: bool = True, skip_known: bool = False) -> list[Note]:
         """Append notes (an empty `id` gets the next `N<nnn>`), mark the notes they replace, reindex.
 
         The file is appended to, not rewritten: every existing line stays byte for byte,
@@ -274,7 +287,7 @@ class NoteStore:
         note is deleted by hand. Returns the notes as stored. Raises `NotesFormatError` if
         the existing Markdown cannot be read (it is left untouched) and `ValueError` for a
         note that cannot be written as given (see `check_note`), a duplicate id, or a text
-        already noted.
+        already noted (skipped instead with `skip_known`).
         """
         from .revision import Supersede, apply_ops
         from .secrets import mask
@@ -299,6 +312,8 @@ class NoteStore:
                 if note.id in ids:
                     raise ValueError(f"note id {note.id} already exists")
                 if note.text in texts:
+                    if skip_known:  # e.g. two sessions captured the same note at once
+                        continue
                     raise ValueError(f"this text is already noted as {texts[note.text]}")
                 ids.add(note.id)
                 texts[note.text] = note.id

@@ -256,9 +256,12 @@ def _check_op(op: Op, f: _File, notes: dict[str, Note]) -> tuple[int, str | None
     was = next((nid for nid, span in f.spans.items() if span.start == i), None)
     if op.new.startswith("## "):
         try:
-            (now,) = [n.id for n in parse_markdown(op.new, source="new", strict=True).notes]
+            parsed = [n.id for n in parse_markdown(op.new, source="new", strict=True).notes]
         except NotesFormatError as exc:
             raise RevisionError(f"new is not a note header ({exc})") from None
+        if len(parsed) != 1:
+            raise RevisionError(f"new is not a note header: {op.new!r}")
+        (now,) = parsed
         if was != now:
             raise RevisionError(f"new would rename note {was} to {now}" if was else
                                 f"new would start a note {now}; a revision cannot add notes")

@@ -150,7 +150,13 @@ _SECRET_NAME = re.compile(
     r"|(?:api|access|private|signing|master|encryption|client|account|service|license|auth)[_.-]?key"
     r"|(?:^|[_.-])(?:key|auth)(?:$|[_.-])"
 )
-_PASSWORD_NAME = re.compile(r"(?i)pass|pwd|contrase")
+_PASSWORD_NAME = re.compile(r"(?i)pass|pwd|contrase|mot de passe|kennwort|密码")
+# A secret named in a sentence: "the db password is X", "le mot de passe est X", "API key: X".
+_PROSE = re.compile(
+    r"(?i)\b(?P<name>password|passwd|passphrase|mot de passe|passwort|kennwort|contraseña|"
+    r"(?:secret|api|access|private|signing)[ _-]?(?:key|token)|token|密码|密钥)"
+    r"\s*(?:is|was|est|était|ist|war|es|era|:|=|：|为|是)\s*[\"'“«]?\s*(?P<s>[^\s\"'”»]{7,199}[^\s\"'”».,;:!?)\]])"
+)
 # Names that hold a secret's address or shape, not the secret: API_KEY_FILE, TOKEN_URL...
 _NOT_SECRET_NAME = re.compile(
     r"(?i)(?:^|[_.-])(?:url|uri|path|file|dir|endpoint|host|port|name|type|id|header|format|len|length"
@@ -254,6 +260,9 @@ def _rule_spans(scan: str) -> Iterator[_Span]:
         for m in rx.finditer(scan):
             if not _PLACEHOLDER_VALUE.match(m.group(group)):
                 yield _Span(m.start(group), m.end(group), kind)
+    for m in _PROSE.finditer(scan):  # "the db password is Tr0ub4dor3xyz"
+        if _plausible(m["s"], quoted=False, strict=True):
+            yield _Span(m.start("s"), m.end("s"), "password" if _PASSWORD_NAME.search(m["name"]) else "secret")
     for m in _ASSIGNMENT.finditer(scan):
         name = m.group("flag") or m.group("name")
         value_group = "qv" if m.group("q") else "v"
@@ -363,6 +372,20 @@ def _occurrences(piece: str, value: str) -> Iterator[int]:
         at = piece.find(value, at + 1)
 
 
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_-]")
+
+
+def _whole_token(text: str, span: _Span) -> _Span:
+    """`span` grown to the whole run of token characters it sits in, so that a token longer
+    (or with more prefix) than its rule expects is never half masked."""
+    start, end = span.start, span.end
+    while start > 0 and _TOKEN_CHAR.match(text[start - 1]) and _TOKEN_CHAR.match(text[start]):
+        start -= 1
+    while end < len(text) and _TOKEN_CHAR.match(text[end]) and _TOKEN_CHAR.match(text[end - 1]):
+        end += 1
+    return _Span(start, end, span.kind)
+
+
 def _apply(text: str, spans: list[_Span]) -> Masked:
     """Merge overlapping spans and replace each merged span by its placeholder."""
     kept = [p.span() for p in _PLACEHOLDER.finditer(text)]
@@ -375,7 +398,7 @@ def _apply(text: str, spans: list[_Span]) -> Masked:
     groups: list[list[_Span]] = []
     group_end = 0
     # Stable sort on position: on a tie, memsift's rules (listed first) beat detect-secrets.
-    usable = (s for s in spans if s.end > s.start and not over_placeholder(s))
+    usable = (_whole_token(text, s) for s in spans if s.end > s.start and not over_placeholder(s))
     for span in sorted(usable, key=lambda s: (s.start, s.end)):
         if groups and span.start < group_end:
             groups[-1].append(span)

@@ -124,6 +124,7 @@ class Exchange:
     assistant: str
     start: int
     end: int
+    date: str = ""  # YYYY-MM-DD of the user's message, when the transcript says
 
 
 def _lines(fh, offset: int) -> Iterator[tuple[int, int, bytes | None]]:
@@ -183,7 +184,8 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
     """Stream the exchanges of a Claude Code transcript or a Codex rollout from `offset`.
 
     An exchange is complete when the next user message starts; with `final` (the session
-    ended or is compacting) the last one is complete too. Only complete exchanges are
+    ended or is compacting) the last one is complete too, unless the file ends in a line
+    still being written. Only complete exchanges are
     yielded, so `exchange.end` of the last one is where the next capture resumes. Memory
     stays bounded whatever the file's size: lines are read one at a time, oversized lines
     are skipped, and each side of an exchange keeps `MAX_EXCHANGE_CHARS`.
@@ -193,9 +195,11 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
     with open(path, "rb") as fh:
         user: str | None = None
         answer: list[str] = []
-        start = end = offset
+        start = end = last = offset
+        date = ""
         seen: set[tuple] = set()
         for line_start, line_end, line in _lines(fh, offset):
+            last = line_end
             entry = None
             if line is not None:
                 try:
@@ -210,8 +214,10 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
             role, text = found
             if role == "user":
                 if user is not None:
-                    yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, line_start)
+                    yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, line_start, date)
                 user, answer, start, end = text[:MAX_EXCHANGE_CHARS], [], line_start, line_end
+                stamp = entry.get("timestamp")
+                date = stamp[:10] if isinstance(stamp, str) and re.match(r"\d{4}-\d{2}-\d{2}", stamp) else ""
             elif user is not None:
                 message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
                 key = (message.get("id"), entry.get("uuid"), text)
@@ -220,5 +226,6 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
                     if sum(map(len, answer)) < MAX_EXCHANGE_CHARS:
                         answer.append(text)
                 end = line_end
-        if final and user is not None:
-            yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, end)
+        # a last line still being written may hold the end of the answer: wait for it
+        if final and user is not None and last == os.fstat(fh.fileno()).st_size:
+            yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, end, date)

@@ -53,11 +53,12 @@ def test_claude_exchanges_skip_tools_attachments_and_partial_lines(tmp_path):
     write_jsonl(path, claude_lines([DECISION, ("and the tests?", "They pass.")]), tail='{"type": "user", "mess')
     held = list(read_exchanges(path))
     assert [(e.user, e.assistant) for e in held] == [DECISION]  # the last one may go on
-    final = list(read_exchanges(path, final=True))
-    assert [(e.user, e.assistant) for e in final] == [DECISION, ("and the tests?", "They pass.")]
-    assert final[-1].end < path.stat().st_size  # the partial line is not consumed
+    # a line still being written may end the answer: even a final read waits for it
+    assert [(e.user, e.assistant) for e in read_exchanges(path, final=True)] == [DECISION]
+    write_jsonl(path, claude_lines([DECISION, ("and the tests?", "They pass.")]))
     resumed = list(read_exchanges(path, held[-1].end, final=True))
     assert [(e.user, e.assistant) for e in resumed] == [("and the tests?", "They pass.")]
+    assert resumed[-1].end == path.stat().st_size
 
 
 def test_codex_rollout_exchanges(tmp_path):
@@ -193,3 +194,28 @@ def test_capture_hook_with_bad_input_exits_0(memsift_home):
     done = run_memsift("hook", "session-end", stdin=b"not json")
     assert done.returncode == 0 and done.stdout == b""
     assert "bad hook input" in (memsift_home / "logs" / "hook.log").read_text()
+
+
+def test_notes_carry_the_date_of_their_session(tmp_path, memsift_home, scripted, encoder):
+    lines = claude_lines([DECISION])
+    for line in lines:
+        line["timestamp"] = "2026-03-04T10:11:12.000Z"
+    path = tmp_path / "s.jsonl"
+    write_jsonl(path, lines)
+    capture(path, "old", str(tmp_path), final=True, home=memsift_home, model=make_model(scripted, encoder), today="2026-11-29")
+    (note,) = NoteStore(project_dir(project_root(tmp_path), memsift_home), encoder=encoder).notes()
+    assert note.date == "2026-03-04"
+
+
+def test_hook_payload_values_cannot_pass_for_options(tmp_path, memsift_home):
+    path = tmp_path / "s.jsonl"
+    write_jsonl(path, claude_lines([DECISION]))
+    payload = {"session_id": "--final", "transcript_path": str(path), "cwd": str(tmp_path), "hook_event_name": "SessionEnd"}
+    done = run_memsift("hook", "session-end", stdin=json.dumps(payload).encode(), env={"MEMSIFT_ENCODER": "hashing-v1"})
+    assert done.returncode == 0
+    deadline = time.time() + 60
+    while time.time() < deadline and not (memsift_home / "capture.sqlite").exists():
+        time.sleep(0.2)
+    time.sleep(1)
+    rows = sqlite3.connect(memsift_home / "capture.sqlite").execute("SELECT session FROM sessions").fetchall()
+    assert rows == [("--final",)]

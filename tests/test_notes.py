@@ -202,3 +202,11 @@ def test_add_appends_and_leaves_every_existing_line_byte_for_byte(tmp_path, enco
     assert after.endswith(f"## {new.id} · 2026-09-01 · decision · session s-2\r\n"
                           "Payments moved from Stripe to Adyen for the EU shop.\r\n")
     assert [n.session for n in store.notes()] == [None, "abc-1", "s-2"]
+
+
+def test_headings_above_the_first_note_are_the_users(tmp_path, encoder):
+    store = NoteStore(tmp_path, encoder=encoder)
+    store.markdown.write_text("# notes\n## About this file\nmine\n\n## N01 · 2026-06-02 · decision\nok\n", encoding="utf-8")
+    (new,) = store.add([Note("", "2026-06-03", "context", "Staging is wiped on Sundays.")])
+    assert store.markdown.read_text(encoding="utf-8").startswith("# notes\n## About this file\nmine\n\n## N01")
+    assert [n.id for n in store.notes()] == ["N01", new.id]

@@ -85,7 +85,8 @@ def corpus() -> list[Case]:
         Case("mailgun-sentence", "Mailgun rejects {s} since yesterday, any idea?", "key-" + fake("mg", 32, HEX), "mailgun-api-key"),
         Case("square-json", '{{"square": {{"access": "{s}"}}}}', "EAAA" + fake("sq", 60, ALNUM + "_-"), "square-token"),
         Case("discord-python", "bot.run('{s}')", "M" + fake("dc1", 23) + "." + fake("dc2", 6) + "." + fake("dc3", 27), "discord-bot-token"),
-        Case("telegram-url", "GET https://api.telegram.org/bot{s}/sendMessage?chat_id=42", fake("tg1", 9, string.digits) + ":AA" + fake("tg2", 33, ALNUM + "_-"), "telegram-bot-token"),
+        # the whole token-character run is masked, so the URL's "bot" prefix goes with the token
+        Case("telegram-url", "GET https://api.telegram.org/{s}/sendMessage?chat_id=42", "bot" + fake("tg1", 9, string.digits) + ":AA" + fake("tg2", 33, ALNUM + "_-"), "telegram-bot-token"),
         Case("postgres-url", "DATABASE_URL=postgres://shop_app:{s}@db.internal:5432/shop", "Pg" + fake("pg", 14), "url-password"),
         Case("mysql-url", "mysql -h db --url mysql://root:{s}@127.0.0.1:3306/app", fake("my", 12), "url-password"),
         Case("redis-url", "REDIS_URL=redis://:{s}@cache.internal:6379/0", fake("rd", 20), "url-password"),
@@ -357,3 +358,20 @@ def test_every_path_masks_the_secret(case: Case, tmp_path, encoder):
     for where, data in (("notes and index", on_disk.decode("utf-8", "replace")), ("paste", pasted)):
         assert case.secret not in data, where
         assert "[SECRET:" in data, where
+
+
+@pytest.mark.parametrize("text,secret", [
+    ("the db password is Tr0ub4dor3xyz, don't share it", "Tr0ub4dor3xyz"),
+    ("le mot de passe est Gato12345xy.", "Gato12345xy"),
+    ("my secret key is " + AWS_DOC_SECRET, AWS_DOC_SECRET),
+    ("token ghp_" + fake("long", 38) + " (two more characters than GitHub issues)", "ghp_" + fake("long", 38)),
+])
+def test_secrets_in_sentences_and_overlong_tokens(text, secret):
+    masked = mask(text).text
+    assert secret not in masked and secret[-6:] not in masked and "[SECRET:" in masked
+
+
+@pytest.mark.parametrize("text", ["the password is changed now", "the token is expired since 2026",
+                                  "our API key: stored in SSM under /prod/api"])
+def test_sentences_about_secrets_without_one_stay(text):
+    assert mask(text).text == text
