@@ -31,6 +31,8 @@ from .base import BackendUnavailable, Passage, SearchResult
 #: Seconds to open a connection: a server that is down refuses at once, one that is
 #: unreachable must not eat the prompt's budget.
 CONNECT_TIMEOUT_S = 0.3
+#: Seconds a push watches the cognify it started, to catch one that errors at once.
+COGNIFY_WATCH_S = 8.0
 #: Characters of the message sent as the query.
 MAX_QUERY_CHARS = 2000
 _FRAME = re.compile(r"^\[memsift (?:note|passage) (?P<id>[^\s\]·]+)(?: · (?P<date>\d{4}-\d{2}-\d{2}))?(?: · \w+)?\] ?")
@@ -128,7 +130,7 @@ class CogneeBackend:
 
     def push(self, dataset: str, documents: Sequence) -> None:
         """Add documents (`outbox.Document`: `name`, `text`) to `dataset` and start cognify in
-        the background. Retries refused connections, timeouts, 429 and 5xx for up to 10 s (the outbox retries later);
+        the background, watching it for up to `COGNIFY_WATCH_S` (an errored run raises). Retries refused connections, timeouts, 429 and 5xx for up to 10 s (the outbox retries later);
         raises `httpx.HTTPError` (or `RuntimeError` for an unexpected answer) when it gives up.
         """
         import httpx
@@ -149,7 +151,43 @@ class CogneeBackend:
 
         files = [("data", (d.name, d.text.encode("utf-8"), "text/plain; charset=utf-8")) for d in documents]
         post("/api/v1/add", files=files, data={"datasetName": dataset, "node_set": "memsift"})
-        post("/api/v1/cognify", json={"datasets": [dataset], "run_in_background": True})
+        runs = post("/api/v1/cognify", json={"datasets": [dataset], "run_in_background": True}).json()
+        # a cognify that errors at once (its LLM is down) leaves the documents unsearchable:
+        # say so, so that the outbox sends them again later; a slow one is left to finish
+        deadline = time.monotonic() + COGNIFY_WATCH_S
+        for dataset_id in runs if isinstance(runs, dict) else []:
+            while time.monotonic() < deadline:
+                r = httpx.get(f"{self.url}/api/v1/datasets/status", params={"dataset": dataset_id},
+                              headers=self.headers, timeout=httpx.Timeout(10.0, connect=2.0))
+                state = r.json().get(dataset_id) if r.status_code == 200 else None
+                if state == "DATASET_PROCESSING_ERRORED":
+                    raise RuntimeError(f"cognify of {dataset} errored on the server")
+                if state != "DATASET_PROCESSING_STARTED":
+                    break
+                time.sleep(0.5)
+
+    def wait_cognified(self, dataset: str, timeout_s: float = 300.0) -> None:
+        """Block until the dataset's last cognify completed (for tools such as the eval
+        harness; memsift never waits). Raises `RuntimeError` when it errored or timed out."""
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            r = httpx.get(f"{self.url}/api/v1/datasets", headers=self.headers, timeout=30.0)
+            r.raise_for_status()
+            ids = [d["id"] for d in r.json() if d.get("name") == dataset]
+            if ids:
+                r = httpx.get(f"{self.url}/api/v1/datasets/status", params={"dataset": ids[0]},
+                              headers=self.headers, timeout=30.0)
+                r.raise_for_status()
+                state = r.json().get(ids[0])
+                if state == "DATASET_PROCESSING_COMPLETED":
+                    return
+                if state == "DATASET_PROCESSING_ERRORED":
+                    raise RuntimeError(f"cognify of {dataset} errored on the server")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cognify of {dataset} not done after {timeout_s:.0f} s")
+            time.sleep(0.5)
 
     def add(self, passages: Sequence[Passage]) -> None:
         """Push passages now (framed as memsift pastes them), through `push`. memsift itself

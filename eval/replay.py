@@ -158,22 +158,48 @@ def score(conv: Conversation, lines: list[dict], name: str) -> Figures:
 
 
 @contextmanager
-def conversation_stores(conv: Conversation, encoder, link_supersession: bool = True) -> Iterator[tuple[NoteStore, SQLiteBackend]]:
+def conversation_stores(conv: Conversation, encoder, link_supersession: bool = True,
+                        backend: str = "embedded") -> Iterator[tuple[NoteStore, object]]:
     """Fresh stores in a temp folder holding the conversation's notes and passages.
 
     Notes go in through `NoteStore.add`, the write path of `memsift notes add`, so the
-    notes they replace are marked superseded as they would be in use.
+    notes they replace are marked superseded as they would be in use. Passages go to the
+    embedded SQLite backend, or with `backend="cognee"` to a new dataset on the Cognee
+    server of `MEMSIFT_COGNEE_URL` (added, then cognified before the replay starts).
+    Raises `ConversationError` when the Cognee server is not configured.
     """
     with tempfile.TemporaryDirectory(prefix=f"memsift-eval-{conv.id}-") as tmp:
         notes = NoteStore(Path(tmp) / "notes", conv.id, encoder=encoder)
         notes.add([Note(n.id, n.date, n.kind, n.text) for n in sorted(conv.notes, key=lambda n: n.date)],
                   link_supersession=link_supersession)
-        backend = SQLiteBackend(Path(tmp) / "passages.sqlite", encoder)
-        backend.add([Passage(p.id, p.date, p.text) for p in conv.passages])
+        passages = [Passage(p.id, p.date, p.text) for p in conv.passages]
+        if backend == "cognee":
+            store = _cognee_dataset(conv, encoder, passages)
+        else:
+            store = SQLiteBackend(Path(tmp) / "passages.sqlite", encoder)
+            store.add(passages)
         try:
-            yield notes, backend
+            yield notes, store
         finally:
-            backend.close()
+            store.close()
+
+
+def _cognee_dataset(conv: Conversation, encoder, passages: list[Passage]):
+    """A fresh dataset on the configured Cognee server holding `passages`, cognified."""
+    import uuid
+
+    from ..backends.cognee import CogneeBackend
+    from ..config import cognee_config
+
+    config = cognee_config()
+    if config is None:
+        raise ConversationError("--backend cognee needs MEMSIFT_COGNEE_URL (and MEMSIFT_COGNEE_API_KEY)")
+    dataset = f"memsift_eval_{conv.id.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+    store = CogneeBackend(config.url, dataset, encoder, api_key=config.api_key, jwt=config.jwt)
+    for i in range(0, len(passages), 50):
+        store.add(passages[i:i + 50])
+    store.wait_cognified(dataset)
+    return store
 
 
 def replay_turns(conv: Conversation, recaller, name: str, use_ledger: bool = True, progress: bool = True) -> list[dict]:
@@ -203,13 +229,15 @@ def replay(
     encoder,
     settings: Settings | None = None,
     progress: bool = True,
+    backend_name: str = "embedded",
 ) -> dict[str, list[dict]]:
-    """Replay one conversation through each named pipeline (`memsift`, `origin`).
+    """Replay one conversation through each named pipeline (`memsift`, `origin`), its
+    passages in the `backend_name` backend (`embedded` or `cognee`).
 
     Returns the FORMAT.md replay lines per pipeline.
     """
     out: dict[str, list[dict]] = {}
-    with conversation_stores(conv, encoder) as (notes, backend):
+    with conversation_stores(conv, encoder, backend=backend_name) as (notes, backend):
         for name in pipelines:
             if name == "memsift":
                 recaller = Recaller(model, encoder, notes, backend, settings)
@@ -275,7 +303,8 @@ def details(runs: list[tuple[Conversation, list[dict]]], out: IO[str]) -> None:
 
 
 def run_eval(
-    paths: list[str], pipelines: list[str], replay_file: IO[str] | None, out: IO[str], show_details: bool = False
+    paths: list[str], pipelines: list[str], replay_file: IO[str] | None, out: IO[str], show_details: bool = False,
+    backend: str = "embedded",
 ) -> dict[str, Figures]:
     """`memsift eval`: replay and score every conversation, print the table, return the totals."""
     from ..classifiers.embedded import EmbeddedChoiceModel
@@ -283,12 +312,12 @@ def run_eval(
     files = conversation_paths(paths)  # fails before the model loads
     model = EmbeddedChoiceModel()
     encoder = model.encoder
-    print(f"memsift eval: decision model {model.name}", file=out)
+    print(f"memsift eval: decision model {model.name}, passages in the {backend} backend", file=out)
     totals = {name: Figures(f"TOTAL {name}") for name in pipelines}
     runs: list[tuple[Conversation, list[dict]]] = []
     for path in files:
         conv = load_conversation(path)
-        lines = replay(conv, pipelines, model, encoder)
+        lines = replay(conv, pipelines, model, encoder, backend_name=backend)
         if "memsift" in lines:
             runs.append((conv, lines["memsift"]))
         for name in pipelines:

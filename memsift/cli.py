@@ -26,7 +26,7 @@ def _eval(args: argparse.Namespace) -> int:
     pipelines = ["memsift", "origin"] if args.pipeline == "both" else [args.pipeline]
     replay_file = open(args.replay, "w", encoding="utf-8") if args.replay else None
     try:
-        run_eval(args.paths, pipelines, replay_file, sys.stdout, show_details=args.details)
+        run_eval(args.paths, pipelines, replay_file, sys.stdout, show_details=args.details, backend=args.backend)
     except ConversationError as exc:
         print(f"memsift eval: {exc}", file=sys.stderr)
         return 1
@@ -61,6 +61,24 @@ def _capture(args: argparse.Namespace) -> int:
         print(f"{r.session}: {r.exchanges} exchanges read, notes added {r.kept or 'none'}"
               + (f" ({r.skipped})" if r.skipped else ""))
     return 0
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from .config import cognee_config, memsift_home
+    from .outbox import Outbox
+    from .sync import flush
+
+    config = cognee_config()
+    if config is None:
+        print("memsift sync: no server configured (set MEMSIFT_COGNEE_URL and MEMSIFT_COGNEE_API_KEY)", file=sys.stderr)
+        return 1
+    home = memsift_home()
+    sent, error = flush(home, config)
+    outbox = Outbox(home / "outbox.sqlite")
+    left = len(outbox.pending())
+    outbox.close()
+    print(f"sent {sent}, {left} waiting in the outbox" + (f" ({error})" if error else ""))
+    return 1 if error else 0
 
 
 def _store(project: str, encoder=None):
@@ -184,7 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memsift's cascade, the origin baseline (top 5 on every message), or both (default)")
     p.add_argument("--details", action="store_true",
                    help="also print the genre confusion matrix, figures per language and recall outcomes")
+    p.add_argument("--backend", choices=["embedded", "cognee"], default="embedded",
+                   help="where the passages go: the embedded SQLite store (default) or a new dataset on the "
+                        "Cognee server of MEMSIFT_COGNEE_URL")
     p.set_defaults(func=_eval)
+
+    p = sub.add_parser("sync", help="send what waits in the outbox to the Cognee server now")
+    p.set_defaults(func=_sync)
 
     p = sub.add_parser("recall", help="run the cascade on one message and print its trace")
     p.add_argument("message", help="the message, as you would type it to the agent")

@@ -154,3 +154,20 @@ def test_recall_pastes_a_passage_from_the_server(server, project, memsift_home, 
     assert server.searches == 1
     assert "[memsift passage P7 · 2026-10-02] User: how should the nightly" in out["hookSpecificOutput"]["additionalContext"]
     assert "paused" not in json.dumps(out)
+
+
+def test_local_notes_still_work_while_the_server_is_down(server, project, memsift_home):
+    server.stop()
+    first, _ = hook(project, server.url, RECALL)
+    assert "paused since" in first["hookSpecificOutput"]["additionalContext"]
+    out, _ = hook(project, server.url, "payments: why was Adyen chosen over Stripe, was it SEPA direct debit?")
+    assert "Adyen chosen over Stripe because Stripe lacked SEPA direct debit" in out["hookSpecificOutput"]["additionalContext"]
+    assert Breakers(memsift_home / "services.sqlite").state("cognee").state == "open"
+
+
+def test_sync_command(server, tmp_path, memsift_home):
+    queue(memsift_home, "memsift_x", ["[memsift note N1 · 2026-11-29 · decision] a"])
+    env = {"MEMSIFT_COGNEE_URL": server.url, "MEMSIFT_COGNEE_API_KEY": "k"}
+    done = run_memsift("sync", env=env)
+    assert done.returncode == 0 and b"sent 1, 0 waiting" in done.stdout
+    assert run_memsift("sync").returncode == 1
