@@ -307,11 +307,12 @@ def run_eval(
     backend: str = "embedded",
 ) -> dict[str, Figures]:
     """`memsift eval`: replay and score every conversation, print the table, return the totals."""
-    from ..classifiers.embedded import EmbeddedChoiceModel
+    from ..classifiers.remote import load_model
 
     files = conversation_paths(paths)  # fails before the model loads
-    model = EmbeddedChoiceModel()
+    model = load_model()  # MEMSIFT_DECISION_*: a remote model, with the embedded one behind it
     encoder = model.encoder
+    remote = getattr(model, "remote", None)
     print(f"memsift eval: decision model {model.name}, passages in the {backend} backend", file=out)
     totals = {name: Figures(f"TOTAL {name}") for name in pipelines}
     runs: list[tuple[Conversation, list[dict]]] = []
@@ -329,6 +330,13 @@ def run_eval(
                     replay_file.write(json.dumps(line, ensure_ascii=False) + "\n")
     for name in pipelines:
         print(totals[name].row(), file=out)
+    if remote is not None:
+        fell_back = sum(1 for e in model.events if e["source"] == "embedded")
+        turns = max(totals["memsift"].turns if "memsift" in totals else 1, 1)
+        print(f"decision model {remote.name}: {remote.usage.calls} calls, {remote.usage.input_tokens:,} input tokens "
+              f"({remote.usage.input_tokens / turns:,.0f} per message), ${remote.usage.cost_usd:.4f} "
+              f"(${remote.usage.cost_usd / turns:.6f} per message at ${remote.usage.price_per_mtok}/M); "
+              f"{fell_back} of {len(model.events)} requests answered by the embedded model", file=out)
     if show_details and runs:
         details(runs, out)
     return totals

@@ -83,7 +83,7 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
         log.info("session %s: no memory yet for %s, nothing to do", session, root)
         return None, []
 
-    from .classifiers.embedded import EmbeddedChoiceModel
+    from .classifiers.remote import load_model
     from .config import Settings
     from .ledger import Ledger
     from .notes import NoteStore
@@ -91,14 +91,20 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
     from .transcript import read_transcript
 
     settings = Settings()
-    model = EmbeddedChoiceModel()
+    try:
+        model = load_model(home)  # the embedded model, or a remote one with the embedded behind it
+    except ValueError as exc:
+        log.warning("decision model misconfigured (%s): using the embedded model", exc)
+        from .classifiers.embedded import EmbeddedChoiceModel
+
+        model = EmbeddedChoiceModel()
     notes = NoteStore(folder, root.name, encoder=model.encoder)
-    breakers = None
+    breakers = getattr(model, "breakers", None)
     if cognee is not None:  # the server is the passage tier; its breaker pauses it
         from .backends.cognee import CogneeBackend, dataset_name
         from .breaker import Breakers, GuardedBackend
 
-        breakers = Breakers(home / "services.sqlite")
+        breakers = breakers or Breakers(home / "services.sqlite")
         server = CogneeBackend(cognee.url, dataset_name(folder.name), model.encoder, api_key=cognee.api_key, jwt=cognee.jwt)
         backend = GuardedBackend(server, breakers, "cognee")
     elif (folder / "passages.sqlite").exists():
@@ -128,10 +134,13 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
             ledger.close()
         if backend is not None:
             backend.close()
+    remote = getattr(model, "remote", None)
     log.info(
-        "session %s: genre %s, pasted %s (%d chars) in %.0f ms; notices %s; trace %s",
+        "session %s: genre %s, pasted %s (%d chars) in %.0f ms; notices %s; trace %s%s",
         session, result.genre, [i.id for i in result.items], len(result.text), result.ms, notices,
         json.dumps(result.trace, ensure_ascii=False),
+        "" if remote is None else f"; decisions {json.dumps(model.events)}, {remote.usage.input_tokens} input tokens, "
+                                  f"${remote.usage.cost_usd:.6f}",
     )
     return "\n".join(notices + ([result.text] if result.text else [])) or None, notices
 
