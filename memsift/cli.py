@@ -81,6 +81,18 @@ def _sync(args: argparse.Namespace) -> int:
     return 1 if error else 0
 
 
+def _install(args: argparse.Namespace) -> int:
+    from .config import memsift_home
+    from .install import InstallError, install, uninstall
+
+    try:
+        print((install if args.command == "install" else uninstall)(args.host, memsift_home()))
+    except InstallError as exc:
+        print(f"memsift {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _store(project: str, encoder=None):
     from .config import project_dir, project_root
     from .notes import NoteStore
@@ -206,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the passages go: the embedded SQLite store (default) or a new dataset on the "
                         "Cognee server of MEMSIFT_COGNEE_URL")
     p.set_defaults(func=_eval)
+
+    for name, what in (("install", "add memsift's hooks to"), ("uninstall", "remove memsift's hooks from")):
+        p = sub.add_parser(name, help=f"{what} the host's user settings (for a pip install; plugin users need not)")
+        p.add_argument("host", choices=["claude", "codex"], help="Claude Code (~/.claude/settings.json) or Codex (~/.codex/hooks.json)")
+        p.set_defaults(func=_install)
 
     p = sub.add_parser("sync", help="send what waits in the outbox to the Cognee server now")
     p.set_defaults(func=_sync)

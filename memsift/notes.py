@@ -186,9 +186,10 @@ def _serial(note_id: str) -> int | None:
     return int(m[1]) if m else None
 
 
-def atomic_write(path: Path, data: str) -> None:
-    """Write `data` (UTF-8) to `path` through a temp file, fsync and `os.replace`; an
-    existing file keeps its permissions, a new one gets the umask's."""
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write `data` (a str as UTF-8 with its newlines as they are, or bytes exactly) to
+    `path` through a temp file, fsync and `os.replace`; an existing file keeps its
+    permissions, a new one gets the umask's."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -199,8 +200,8 @@ def atomic_write(path: Path, data: str) -> None:
             os.umask(umask)
             mode = 0o666 & ~umask
         os.chmod(tmp, mode)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(data)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -1,6 +1,8 @@
-"""A minimal fake Anthropic Messages API, for offline tests of the real Claude Code CLI.
+"""A minimal fake model API (Anthropic Messages, OpenAI Responses), for offline tests of the
+real Claude Code and Codex CLIs.
 
-It answers ``POST /v1/messages`` (streamed or not) with a canned reply, and appends
+It answers ``POST /v1/messages`` (streamed or not) and ``POST /v1/responses`` (streamed)
+with a canned reply, and appends
 every request it sees to a JSON Lines log, one object per request:
 ``{"method": ..., "path": ..., "body": ...}``.  Tests point Claude Code at it with
 ``ANTHROPIC_BASE_URL=http://127.0.0.1:<port>`` and then read the log to see exactly
@@ -56,6 +58,26 @@ def _stream_events(model: str) -> list[tuple[str, dict[str, Any]]]:
                            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                            "usage": {"output_tokens": 3}}),
         ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def _responses_events(model: str) -> list[tuple[str, dict[str, Any]]]:
+    """One assistant message as the OpenAI Responses API streams it (the research note
+    hostcli.md, appendix A: enough for `codex exec`)."""
+    item = {"type": "message", "id": "msg_fake", "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": REPLY, "annotations": []}]}
+    resp = {"id": "resp_fake", "object": "response", "created_at": 0, "status": "completed", "model": model,
+            "output": [item], "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                                        "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
+                                        "total_tokens": 13}}
+    return [
+        ("response.created", {"type": "response.created", "response": dict(resp, status="in_progress", output=[])}),
+        ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0,
+                                        "item": dict(item, status="in_progress", content=[])}),
+        ("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_fake",
+                                        "output_index": 0, "content_index": 0, "delta": REPLY}),
+        ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ("response.completed", {"type": "response.completed", "response": resp}),
     ]
 
 
@@ -116,6 +138,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_sse(_stream_events(model))
             else:
                 self._send_json(200, _message(model))
+        elif path.endswith("/responses"):  # OpenAI Responses API, as Codex streams it
+            self._send_sse(_responses_events(body.get("model", "fake") if isinstance(body, dict) else "fake"))
         else:
             self._not_found()
 

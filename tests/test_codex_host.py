@@ -1,0 +1,117 @@
+"""The real Codex CLI (0.171.0, offline) running memsift's hooks as `memsift install codex`
+writes them: Codex lists them without warnings, runs them once trusted, and the recall
+reaches the request it sends to the model (a fake Responses API on 127.0.0.1).
+
+Skipped without the CLI: `.ci/install-codex.sh` installs it (`.ci/run` does), or set
+MEMSIFT_CODEX_BIN. The mechanics are in the research note `hostcli.md`, section 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .fakeapi import FakeAnthropicAPI
+
+REPO = Path(__file__).resolve().parent.parent
+NOTE = "Payment provider: we chose Adyen over Stripe because Adyen supports SEPA direct debit for our German customers."
+EVENTS = {"sessionStart", "userPromptSubmit", "stop", "preCompact", "sessionEnd"}
+
+
+def codex_bin() -> str:
+    for candidate in (os.environ.get("MEMSIFT_CODEX_BIN"), str(REPO / ".ci/.cache/codex/node_modules/.bin/codex"),
+                      shutil.which("codex")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.skip("Codex CLI not found: run .ci/install-codex.sh or set MEMSIFT_CODEX_BIN")
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "CODEX_HOME": str(home / ".codex"),
+           "LANG": "C.UTF-8", "TERM": "dumb", "SHELL": shutil.which("bash") or "/bin/bash",
+           "MEMSIFT_HOME": str(tmp_path / "memsift-home")}
+    return env
+
+
+def memsift(*args, env, cwd=None):
+    done = subprocess.run([sys.executable, "-m", "memsift", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def hooks_list(codex: str, env: dict, cwd: Path) -> dict:
+    """`codex app-server` JSON-RPC: initialize, then hooks/list for `cwd`."""
+    proc = subprocess.Popen([codex, "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env, cwd=cwd)
+
+    def call(id_, method, params):
+        proc.stdin.write(json.dumps({"id": id_, "method": method, "params": params}) + "\n")
+        proc.stdin.flush()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            msg = json.loads(line)
+            if msg.get("id") == id_:
+                return msg
+        pytest.fail(f"codex app-server gave no answer to {method}")
+
+    try:
+        call(1, "initialize", {"clientInfo": {"name": "memsift-tests", "version": "0"}})
+        proc.stdin.write(json.dumps({"method": "initialized"}) + "\n")
+        proc.stdin.flush()
+        return call(2, "hooks/list", {"cwds": [str(cwd)]})["result"]["data"][0]
+    finally:
+        proc.stdin.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_codex_runs_the_installed_hooks_and_the_recall_reaches_the_model(sandbox, tmp_path):
+    codex = codex_bin()
+    project = tmp_path / "shop"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    memsift("notes", "add", "--project", str(project), "--kind", "decision", "--date", "2026-09-01", NOTE, env=sandbox)
+    print(memsift("install", "codex", env=sandbox))
+
+    listed = hooks_list(codex, sandbox, project)
+    ours = [h for h in listed["hooks"] if "-m memsift hook" in h["command"]]
+    assert {h["eventName"] for h in ours} == EVENTS, listed
+    assert not listed["warnings"] and not listed["errors"], listed
+    assert all(h["trustStatus"] == "untrusted" for h in ours)  # Codex asks the user first
+    with open(Path(sandbox["CODEX_HOME"]) / "config.toml", "a", encoding="utf-8") as fh:  # what /hooks writes
+        for h in ours:
+            fh.write(f'\n[hooks.state."{h["key"]}"]\ntrusted_hash = "{h["currentHash"].split("/")[0]}"\n')
+    relisted = hooks_list(codex, sandbox, project)["hooks"]
+    assert {h["trustStatus"] for h in relisted if "-m memsift hook" in h["command"]} == {"trusted"}
+
+    with FakeAnthropicAPI(tmp_path / "requests.jsonl") as api:
+        env = dict(sandbox, FAKE_KEY="sk-fake-for-tests")
+        done = subprocess.run(
+            [codex, "-c", "analytics.enabled=false", "-c", "model_provider=fake", "-c",
+             f'model_providers.fake={{name="fake",base_url="{api.url}/v1",wire_api="responses",env_key="FAKE_KEY",'
+             'request_max_retries=0,stream_max_retries=0}', "-m", "fake-model", "exec", "--skip-git-repo-check",
+             "why did we choose Adyen over Stripe?"],
+            env=env, cwd=project, capture_output=True, text=True, timeout=120)
+        bodies = [e["body"] for e in api.requests() if e.get("path", "").endswith("/responses")]
+    output = done.stdout + done.stderr
+    assert "hook: UserPromptSubmit Completed" in output, output[-3000:]
+    developer = [json.dumps(item, ensure_ascii=False) for b in bodies for item in b.get("input", [])
+                 if isinstance(item, dict) and item.get("role") == "developer"]
+    assert any("[memsift note" in d and "Adyen supports SEPA direct debit" in d for d in developer), output[-3000:]
+
+    print(memsift("uninstall", "codex", env=sandbox))
+    assert not [h for h in hooks_list(codex, sandbox, project)["hooks"] if "-m memsift hook" in h["command"]]

@@ -1,0 +1,90 @@
+"""`memsift install` / `uninstall` in a sandboxed HOME: the host's settings gain memsift's
+hooks and nothing else changes, a simulated host run of the installed command pastes a
+recall, installing twice changes nothing, and uninstall restores the file byte for byte."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from memsift.install import InstallError, install, settings_path, uninstall
+
+NOTE = "Payment provider: we chose Adyen over Stripe because Adyen supports SEPA direct debit."
+# a user's own settings, with formatting json.dumps would not reproduce
+CLAUDE_SETTINGS = b'{\r\n  "model": "opus",   "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]}\r\n}'
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"HOME": str(tmp_path / "home")}
+
+
+@pytest.mark.parametrize("host", ["claude", "codex"])
+def test_install_run_and_uninstall_byte_for_byte(host, env, tmp_path, memsift_home, scripted):
+    path = settings_path(host, env)
+    path.parent.mkdir(parents=True)
+    original = CLAUDE_SETTINGS if host == "claude" else b'{"description": "mine", "hooks": {}}'
+    path.write_bytes(original)
+    install(host, memsift_home, env)
+    assert install(host, memsift_home, env).startswith("memsift's hooks are already in")
+    settings = json.loads(path.read_text())
+    commands = {event: [h["command"] for g in groups for h in g["hooks"]] for event, groups in settings["hooks"].items()}
+    assert sum("-m memsift hook" in c for cs in commands.values() for c in cs) == 5
+    if host == "claude":
+        assert settings["model"] == "opus" and "notify-send done" in commands["Stop"]
+
+    # a simulated host: the UserPromptSubmit command exactly as written, JSON on stdin
+    project = tmp_path / "shop"
+    (project / ".git").mkdir(parents=True)
+    from .conftest import run_memsift
+
+    assert run_memsift("notes", "add", "--project", str(project), "--kind", "decision", NOTE).returncode == 0
+    (command,) = [c for c in commands["UserPromptSubmit"] if "-m memsift hook" in c]
+    payload = {"session_id": "s1", "transcript_path": "", "cwd": str(project), "hook_event_name": "UserPromptSubmit",
+               "prompt": "why did we choose Adyen over Stripe?"}
+    done = subprocess.run(["sh", "-c", command], input=json.dumps(payload).encode(), capture_output=True,
+                          cwd=project, timeout=120)
+    assert done.returncode == 0
+    assert NOTE in json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
+
+    assert "restored as it was" in uninstall(host, memsift_home, env)
+    assert path.read_bytes() == original
+
+
+def test_uninstall_after_a_hand_edit_removes_only_memsift(env, memsift_home):
+    path = settings_path("claude", env)
+    install("claude", memsift_home, env)  # no settings file before
+    data = json.loads(path.read_text())
+    data["theme"] = "dark"
+    path.write_text(json.dumps(data))
+    assert "only memsift's entries went" in uninstall("claude", memsift_home, env)
+    assert json.loads(path.read_text()) == {"theme": "dark"}
+
+
+def test_install_without_a_settings_file_and_uninstall_removes_it(env, memsift_home):
+    install("codex", memsift_home, env)
+    path = settings_path("codex", env)
+    assert path.exists()
+    uninstall("codex", memsift_home, env)
+    assert not path.exists()
+
+
+def test_settings_that_are_not_json_are_left_alone(env, memsift_home):
+    path = settings_path("claude", env)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"{ not json")
+    with pytest.raises(InstallError, match="not JSON"):
+        install("claude", memsift_home, env)
+    assert path.read_bytes() == b"{ not json"
+
+
+def test_install_command(memsift_home, tmp_path):
+    from .conftest import run_memsift
+
+    home = tmp_path / "h"
+    done = run_memsift("install", "claude", env={"HOME": str(home)})
+    assert done.returncode == 0 and b"hooks added" in done.stdout
+    assert run_memsift("uninstall", "claude", env={"HOME": str(home)}).returncode == 0
+    assert not (home / ".claude" / "settings.json").exists()
