@@ -93,6 +93,116 @@ def _install(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from .config import memsift_home
+    from .runlog import RunLog
+
+    runs = RunLog(memsift_home() / "runs.sqlite")
+    rows = runs.last(args.n)
+    runs.close()
+    if not rows:
+        print("no hook runs logged yet")
+    for r in rows:
+        when = dt.datetime.fromtimestamp(r["at"]).strftime("%m-%d %H:%M:%S")
+        what = f"error {r['error']}" if r["error"] else f"{r['genre'] or '-':<22} pasted {','.join(r['pasted'] or []) or '-'}"
+        print(f"{r['id']:>5}  {when}  {(r['session'] or '')[:8]:<8}  {what}  {r['ms']:.0f} ms")
+    return 0
+
+
+def _why(args: argparse.Namespace) -> int:
+    from .config import memsift_home
+    from .runlog import RunLog
+
+    runs = RunLog(memsift_home() / "runs.sqlite")
+    row = runs.get(args.run)
+    runs.close()
+    if row is None:
+        print(f"memsift why: no run {args.run} (see memsift log)", file=sys.stderr)
+        return 1
+    print(f"run {row['id']}: {row['event']} in session {row['session']}, project {row['project']}, "
+          f"{row['prompt_chars']} characters typed, {row['ms']:.0f} ms")
+    for step in row["trace"] or []:
+        info = {k: v for k, v in step.items() if k not in ("step", "ms")}
+        if "probabilities" in info:
+            top = sorted(info.pop("probabilities").items(), key=lambda kv: -kv[1])[:3]
+            info["top"] = ", ".join(f"{k} {v:.2f}" for k, v in top)
+        print(f"  {step['step']:<9} {step['ms']:>7.1f} ms  " + "; ".join(f"{k}: {v}" for k, v in info.items()))
+    print(f"  pasted: {', '.join(row['pasted'] or []) or 'nothing'} ({row['chars']} characters)")
+    for notice in row["notices"] or []:
+        print(f"  notice: {notice}")
+    if row["error"]:
+        print(f"  error: {row['error']} (details in logs/hook.log)")
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    from .config import memsift_home
+    from .runlog import set_pause
+
+    on = args.command == "pause"
+    set_pause(memsift_home(), on, args.session)
+    who = f"session {args.session}" if args.session else "every session"
+    print(f"memsift {'paused' if on else 'resumed'} for {who}" + (": nothing is pasted until `memsift resume`" if on else ""))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from .breaker import Breakers
+    from .config import cognee_config, memsift_home, project_dir, project_root
+    from .notes import NoteStore, NotesFormatError
+    from .outbox import Outbox
+    from .runlog import RunLog, paused
+
+    home = memsift_home()
+    root = project_root(args.project)
+    folder = project_dir(root, home)
+    print(f"project    {root}\nmemory     {folder}")
+    try:
+        notes = NoteStore(folder, root.name).notes()
+        print(f"notes      {sum(n.active for n in notes)} active, {sum(not n.active for n in notes)} superseded")
+    except NotesFormatError as exc:
+        print(f"notes      unreadable: {exc}")
+    if (folder / "passages.sqlite").exists():
+        with sqlite3.connect(folder / "passages.sqlite") as db:
+            print(f"passages   {db.execute('SELECT COUNT(*) FROM passages').fetchone()[0]} (local)")
+    print(f"paused     {'yes' if paused(home, '') else 'no'}")
+    cognee = cognee_config()
+    decision = os.environ.get("MEMSIFT_DECISION_API") or "embedded"
+    print(f"decisions  {decision}")
+    print(f"cognee     {cognee.url if cognee else 'not configured'}")
+    if (home / "services.sqlite").exists():
+        breakers = Breakers(home / "services.sqlite")
+        for service in ("cognee", "decision"):
+            st = breakers.state(service)
+            if st.state != "closed":
+                print(f"  {service}: {st.state} since {dt.datetime.fromtimestamp(st.since):%Y-%m-%d %H:%M} ({st.reason})")
+        breakers.close()
+    if (home / "outbox.sqlite").exists():
+        box = Outbox(home / "outbox.sqlite")
+        print(f"outbox     {len(box.pending())} waiting")
+        box.close()
+    if (home / "runs.sqlite").exists():
+        runs = RunLog(home / "runs.sqlite")
+        for r in runs.errors():
+            print(f"error      run {r['id']}: {r['event']}: {r['error']}")
+        runs.close()
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .config import project_root
+    from .doctor import checks
+
+    results = checks(project_root(args.project))
+    for ok, message in results:
+        print(f"{'ok  ' if ok else 'FIX '} {message}")
+    return 0 if all(ok for ok, _ in results) else 1
+
+
 def _store(project: str, encoder=None):
     from .config import project_dir, project_root
     from .notes import NoteStore
@@ -223,6 +333,24 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"{what} the host's user settings (for a pip install; plugin users need not)")
         p.add_argument("host", choices=["claude", "codex"], help="Claude Code (~/.claude/settings.json) or Codex (~/.codex/hooks.json)")
         p.set_defaults(func=_install)
+
+    p = sub.add_parser("status", help="which project, its notes, services and their breakers, the last errors")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_status)
+    p = sub.add_parser("log", help="the last prompts the hook handled: genre, what was pasted, how long it took")
+    p.add_argument("-n", type=int, default=20, help="how many (default 20)")
+    p.set_defaults(func=_log)
+    p = sub.add_parser("why", help="what the cascade decided at each step of one run (a number from memsift log)")
+    p.add_argument("run", type=int)
+    p.set_defaults(func=_why)
+    for name, what in (("pause", "stop pasting"), ("resume", "paste again")):
+        p = sub.add_parser(name, help=f"{what}, in every session or one")
+        p.add_argument("--session", help="only this session id (default: all)")
+        p.set_defaults(func=_pause)
+
+    p = sub.add_parser("doctor", help="check the hooks, this Python, the services and the host's memory file")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_doctor)
 
     p = sub.add_parser("sync", help="send what waits in the outbox to the Cognee server now")
     p.set_defaults(func=_sync)

@@ -71,10 +71,15 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
     owed to the user and the agent (a memory service paused or resumed)."""
     from .config import cognee_config
 
+    from .runlog import paused
+
     prompt = payload["prompt"][:MAX_PROMPT_CHARS]
     session = str(payload.get("session_id") or "unknown")
     if not prompt.strip():
         log.info("session %s: empty prompt, nothing to do", session)
+        return None, []
+    if paused(home, session):
+        log.info("session %s: memsift is paused (memsift resume), nothing pasted", session)
         return None, []
     root = project_root(payload["cwd"])
     folder = project_dir(root, home)
@@ -134,6 +139,15 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
             ledger.close()
         if backend is not None:
             backend.close()
+    try:
+        from .runlog import RunLog
+
+        runs = RunLog(home / "runs.sqlite")
+        runs.record("user-prompt-submit", session, str(root), len(prompt), result.genre, [i.id for i in result.items],
+                    len(result.text), result.ms, result.trace, notices)
+        runs.close()
+    except sqlite3.Error as exc:
+        log.warning("could not log the run: %s", exc)
     remote = getattr(model, "remote", None)
     log.info(
         "session %s: genre %s, pasted %s (%d chars) in %.0f ms; notices %s; trace %s%s",
@@ -211,7 +225,25 @@ def run(event: str, stdin: bytes | None = None) -> int:
             sys.stdout.buffer.flush()
     except HookInputError as exc:
         log.warning("bad hook input: %s", exc)
-    except Exception:
+    except Exception as exc:
         log.exception("hook %s failed; nothing pasted", event)
+        _record_failure(home, event, exc, (time.perf_counter() - start) * 1000)
     log.info("hook %s done in %.0f ms", event, (time.perf_counter() - start) * 1000)
     return 0
+
+
+def _record_failure(home: Path, event: str, exc: BaseException, ms: float) -> None:
+    """A failed run in the run log: the exception's type and where it was raised (its
+    message may quote the prompt, so it stays in hook.log only)."""
+    import traceback
+
+    try:
+        from .runlog import RunLog
+
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+        runs = RunLog(home / "runs.sqlite")
+        runs.record(event, ms=ms, error=f"{type(exc).__name__}{where}")
+        runs.close()
+    except Exception:  # the log is best effort; the hook still exits 0
+        pass

