@@ -360,7 +360,9 @@ def load_model(home=None, env: Mapping[str, str] | None = None):
 
     from .embedded import EmbeddedChoiceModel
 
-    env = os.environ if env is None else env
+    from ..config import environment
+
+    env = environment() if env is None else env
     embedded = EmbeddedChoiceModel()
     api = env.get("MEMSIFT_DECISION_API", "").strip().lower()
     if not api or api == "embedded":

@@ -1,33 +1,65 @@
 #!/usr/bin/env bash
-# memsift hook launcher for Claude Code.
+# memsift hook launcher for Claude Code and Codex plugins.
 #
-#   usage: run.sh EVENT [ARGS...]      e.g. run.sh user-prompt-submit
+#   usage: run.sh EVENT      e.g. run.sh user-prompt-submit
 #
-# Runs `python -m memsift hook EVENT ...` with the hook's stdin and stdout
-# passed straight through. It always exits 0: a failing hook must never
-# block or break the agent (on UserPromptSubmit, exit 2 erases the prompt).
+# Runs `python -m memsift hook EVENT` with the hook's stdin and stdout passed straight
+# through. It always exits 0: a failing hook must never block or break the agent (on
+# UserPromptSubmit, exit 2 erases the prompt).
+#
+# The Python: MEMSIFT_PYTHON if set, else the venv the plugin built in its data folder
+# (CLAUDE_PLUGIN_DATA, or PLUGIN_DATA under Codex), else python3, python or `py -3` if
+# memsift is installed there. On session-start, when the plugin's venv is missing or
+# stale, setup.sh builds it in the background, detached (the session does not wait; the
+# hooks stay silent until it is ready).
 
-# Pick the interpreter: an explicit override, then the plugin's own venv,
-# then whatever Python is on PATH.
-py=""
-if [ -n "${MEMSIFT_PYTHON:-}" ] && [ -x "$MEMSIFT_PYTHON" ]; then
-    py="$MEMSIFT_PYTHON"
-elif [ -n "${CLAUDE_PLUGIN_DATA:-}" ] && [ -x "$CLAUDE_PLUGIN_DATA/venv/bin/python" ]; then
-    py="$CLAUDE_PLUGIN_DATA/venv/bin/python"
-elif command -v python3 >/dev/null 2>&1; then
-    py="python3"
-elif command -v python >/dev/null 2>&1; then
-    py="python"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+data="${CLAUDE_PLUGIN_DATA:-${PLUGIN_DATA:-}}"
+
+# A Python on PATH: python3, python, or the Windows launcher `py -3` (Git Bash).
+system_python() {
+    for candidate in python3 python; do
+        command -v "$candidate" >/dev/null 2>&1 && { py=("$candidate"); return 0; }
+    done
+    command -v py >/dev/null 2>&1 && { py=(py -3); return 0; }
+    return 1
+}
+
+venv_python=""
+if [ -n "$data" ] && [ -f "$data/venv-current" ]; then
+    venv_python="$(cat "$data/venv-current")/bin/python"
+    [ -x "$venv_python" ] || venv_python=""
 fi
 
-# No Python at all: stay silent.
-[ -n "$py" ] || exit 0
+py=()
+if [ -n "${MEMSIFT_PYTHON:-}" ] && [ -x "$MEMSIFT_PYTHON" ]; then
+    py=("$MEMSIFT_PYTHON")
+elif [ -n "$venv_python" ]; then
+    py=("$venv_python")
+fi
 
-# Same as `"$py" -m memsift hook "$@"`, in one process, but silent when
-# memsift is not installed for this interpreter (find_spec does not import it).
-# PYTHONSAFEPATH keeps the project folder (the hook's cwd) off sys.path, so a
-# `memsift/` folder in whatever repo Claude runs in is never imported.
-PYTHONSAFEPATH=1 "$py" -c '
+# Session start: (re)build the plugin's venv if it is missing or stale. setup.sh returns at
+# once when it is current, and runs detached, so the session never waits for it.
+if [ "${1:-}" = "session-start" ] && [ -n "$data" ] && [ -z "${MEMSIFT_PYTHON:-}" ]; then
+    keep=("${py[@]}")
+    if system_python; then
+        if command -v setsid >/dev/null 2>&1; then
+            setsid nohup bash "$here/setup.sh" "$root" "$data" "${py[@]}" </dev/null >/dev/null 2>&1 &
+        else
+            nohup bash "$here/setup.sh" "$root" "$data" "${py[@]}" </dev/null >/dev/null 2>&1 &
+        fi
+    fi
+    py=("${keep[@]}")
+fi
+
+[ "${#py[@]}" -gt 0 ] || system_python || exit 0
+
+# Same as `"$py" -m memsift hook "$@"`, in one process, but silent when memsift is not
+# installed for this interpreter (find_spec does not import it). PYTHONSAFEPATH keeps the
+# project folder (the hook's cwd) off sys.path, so a `memsift/` folder in whatever repo the
+# agent runs in is never imported.
+PYTHONSAFEPATH=1 "${py[@]}" -c '
 import importlib.util, runpy
 if importlib.util.find_spec("memsift"):
     runpy.run_module("memsift", run_name="__main__", alter_sys=True)

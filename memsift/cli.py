@@ -152,7 +152,7 @@ def _status(args: argparse.Namespace) -> int:
     import sqlite3
 
     from .breaker import Breakers
-    from .config import cognee_config, memsift_home, project_dir, project_root
+    from .config import cognee_config, environment, memsift_home, project_dir, project_root
     from .notes import NoteStore, NotesFormatError
     from .outbox import Outbox
     from .runlog import RunLog, paused
@@ -171,7 +171,7 @@ def _status(args: argparse.Namespace) -> int:
             print(f"passages   {db.execute('SELECT COUNT(*) FROM passages').fetchone()[0]} (local)")
     print(f"paused     {'yes' if paused(home, '') else 'no'}")
     cognee = cognee_config()
-    decision = os.environ.get("MEMSIFT_DECISION_API") or "embedded"
+    decision = environment().get("MEMSIFT_DECISION_API") or "embedded"
     print(f"decisions  {decision}")
     print(f"cognee     {cognee.url if cognee else 'not configured'}")
     if (home / "services.sqlite").exists():

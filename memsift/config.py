@@ -85,9 +85,43 @@ class CogneeConfig:
 def cognee_config(env: Mapping[str, str] | None = None) -> CogneeConfig | None:
     """The Cognee server from `MEMSIFT_COGNEE_URL`, with `MEMSIFT_COGNEE_API_KEY` (else
     `COGNEE_API_KEY`) or `MEMSIFT_COGNEE_TOKEN` (a login JWT); None when no URL is set."""
-    env = os.environ if env is None else env
+    env = environment() if env is None else env
     url = env.get("MEMSIFT_COGNEE_URL", "").strip()
     if not url:
         return None
     return CogneeConfig(url, env.get("MEMSIFT_COGNEE_API_KEY") or env.get("COGNEE_API_KEY") or None,
                         env.get("MEMSIFT_COGNEE_TOKEN") or None)
+
+
+#: `<memsift home>/config.toml` sections and keys, and the variables they stand for.
+_TOML_NAMES = {("reviser", "backend"): "MEMSIFT_REVISER"}
+
+
+def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """memsift's settings as `MEMSIFT_*` variables: `<memsift home>/config.toml` first, the
+    environment over it. A TOML key `[decision] api = "systemone"` stands for
+    `MEMSIFT_DECISION_API`, `[cognee] api_key` for `MEMSIFT_COGNEE_API_KEY`, and so on
+    (`[reviser] backend` for `MEMSIFT_REVISER`). A file that is not TOML is ignored with a
+    warning in the log, so that it never stops a hook.
+    """
+    env = os.environ if env is None else env
+    path = (Path(env["MEMSIFT_HOME"]).expanduser() if env.get("MEMSIFT_HOME") else memsift_home()) / "config.toml"
+    out: dict[str, str] = {}
+    if path.exists():
+        import logging
+        import tomllib
+
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            logging.getLogger("memsift").warning("%s ignored: %s", path, exc)
+            data = {}
+        for section, values in data.items():
+            if isinstance(values, dict):
+                for key, value in values.items():
+                    name = _TOML_NAMES.get((section, key), f"MEMSIFT_{section}_{key}".upper())
+                    out[name] = str(value)
+            else:
+                out[f"MEMSIFT_{section}".upper()] = str(values)
+    out.update(env)
+    return out

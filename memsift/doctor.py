@@ -45,7 +45,9 @@ def memory_file_check(path: Path) -> tuple[bool, str]:
 
 def checks(cwd: Path, env: Mapping[str, str] | None = None) -> list[tuple[bool, str]]:
     """Each check as (ok, message)."""
-    env = os.environ if env is None else env
+    from .config import environment
+
+    env = environment() if env is None else env
     out: list[tuple[bool, str]] = []
     out.append((True, f"python {sys.executable} ({sys.version.split()[0]}), memsift importable"))
     try:

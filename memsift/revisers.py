@@ -129,7 +129,9 @@ def anthropic_messages(url: str, model: str, key: str | None) -> Callable[[str],
 def load_reviser(env: Mapping[str, str] | None = None) -> EmbeddedReviser | LLMReviser:
     """The reviser `MEMSIFT_REVISER` names (see the module docstring). Raises `ValueError`
     for an unknown name or a missing URL or model."""
-    env = os.environ if env is None else env
+    from .config import environment
+
+    env = environment() if env is None else env
     name = env.get("MEMSIFT_REVISER", "embedded").strip().lower() or "embedded"
     model = env.get("MEMSIFT_REVISER_MODEL", "")
     if name == "embedded":

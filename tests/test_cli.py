@@ -66,3 +66,17 @@ def test_doctor_names_what_claude_code_would_cut(tmp_path):
     found = [m for ok, m in checks(project, env) if not ok]
     assert any("would run twice" in m for m in found)
     assert any("from line 201 on ('- fact 201')" in m for m in found)
+
+
+def test_config_toml_under_the_environment(memsift_home, monkeypatch):
+    from memsift.config import cognee_config, environment
+
+    memsift_home.mkdir(parents=True, exist_ok=True)
+    (memsift_home / "config.toml").write_text('[cognee]\nurl = "http://127.0.0.1:8000"\napi_key = "k1"\n\n'
+                                              '[reviser]\nbackend = "claude"\n')
+    assert cognee_config() == type(cognee_config())("http://127.0.0.1:8000", "k1", None)
+    assert environment()["MEMSIFT_REVISER"] == "claude"
+    monkeypatch.setenv("MEMSIFT_COGNEE_API_KEY", "k2")
+    assert cognee_config().api_key == "k2"  # the environment wins
+    (memsift_home / "config.toml").write_text("[cognee\nurl=")
+    assert cognee_config() is None  # a broken file is ignored, never fatal
