@@ -252,6 +252,32 @@ def replay(
 GENRES = list(Genre.__args__)
 
 
+def recall_outcomes(runs: list[tuple[Conversation, list[dict]]]) -> dict[str, int]:
+    """How each recall turn of memsift's replays ended, by the stage that decided it."""
+    outcome: dict[str, int] = {}
+    for conv, lines in runs:
+        for t, line in zip(conv.turns, lines):
+            if not t.needs_recall:
+                continue
+            ids = {i["id"] for i in line["injected"]}
+            steps = {s["step"]: s for s in line["trace"]}
+            judged = [c["id"] for s in line["trace"] for c in s.get("candidates", [])]
+            if ids & set(t.expected):
+                why = "found"
+            elif ids:
+                why = "wrong item pasted"
+            elif "notes" not in steps:
+                why = "gate closed"
+            elif set(judged) & set(t.expected):
+                why = "judged, said no (or already said)"
+            elif "topic" in steps and "passages" not in steps:
+                why = "topic gate stopped, answer not in notes shortlist"
+            else:
+                why = "answer not shortlisted"
+            outcome[why] = outcome.get(why, 0) + 1
+    return outcome
+
+
 def details(runs: list[tuple[Conversation, list[dict]]], out: IO[str]) -> None:
     """Print, for memsift's replays: the genre confusion matrix, the lookup/no-lookup split,
     figures per language, and why each recall turn was or was not found."""
@@ -279,32 +305,13 @@ def details(runs: list[tuple[Conversation, list[dict]]], out: IO[str]) -> None:
                 total.add(score(conv, lines, lang))
         print(total.row(), file=out)
 
-    outcome: dict[str, int] = {}
-    for t, line in pairs:
-        if not t.needs_recall:
-            continue
-        ids = {i["id"] for i in line["injected"]}
-        steps = {s["step"]: s for s in line["trace"]}
-        judged = [c["id"] for s in line["trace"] for c in s.get("candidates", [])]
-        if ids & set(t.expected):
-            why = "found"
-        elif ids:
-            why = "wrong item pasted"
-        elif "notes" not in steps:
-            why = "gate closed"
-        elif set(judged) & set(t.expected):
-            why = "judged, said no (or already said)"
-        elif "topic" in steps and "passages" not in steps:
-            why = "topic gate stopped, answer not in notes shortlist"
-        else:
-            why = "answer not shortlisted"
-        outcome[why] = outcome.get(why, 0) + 1
+    outcome = recall_outcomes(runs)
     print("\nrecall turns by outcome: " + ", ".join(f"{k} {v}" for k, v in sorted(outcome.items())), file=out)
 
 
 def run_eval(
     paths: list[str], pipelines: list[str], replay_file: IO[str] | None, out: IO[str], show_details: bool = False,
-    backend: str = "embedded",
+    backend: str = "embedded", report: str | None = None,
 ) -> dict[str, Figures]:
     """`memsift eval`: replay and score every conversation, print the table, return the totals."""
     from ..classifiers.remote import load_model
@@ -316,6 +323,7 @@ def run_eval(
     print(f"memsift eval: decision model {model.name}, passages in the {backend} backend", file=out)
     totals = {name: Figures(f"TOTAL {name}") for name in pipelines}
     runs: list[tuple[Conversation, list[dict]]] = []
+    per_conversation: dict[str, dict[str, Figures]] = {}
     for path in files:
         conv = load_conversation(path)
         lines = replay(conv, pipelines, model, encoder, backend_name=backend)
@@ -323,6 +331,7 @@ def run_eval(
             runs.append((conv, lines["memsift"]))
         for name in pipelines:
             figures = score(conv, lines[name], f"{conv.id} {name}")
+            per_conversation.setdefault(conv.id, {})[name] = figures
             totals[name].add(figures)
             print(figures.row(), file=out, flush=True)
             if replay_file is not None:
@@ -339,4 +348,9 @@ def run_eval(
               f"{fell_back} of {len(model.events)} requests answered by the embedded model", file=out)
     if show_details and runs:
         details(runs, out)
+    if report:
+        from .report import write_report
+
+        write_report(report, per_conversation, recall_outcomes(runs))
+        print(f"report written to {report}", file=out)
     return totals

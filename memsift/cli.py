@@ -26,7 +26,8 @@ def _eval(args: argparse.Namespace) -> int:
     pipelines = ["memsift", "origin"] if args.pipeline == "both" else [args.pipeline]
     replay_file = open(args.replay, "w", encoding="utf-8") if args.replay else None
     try:
-        run_eval(args.paths, pipelines, replay_file, sys.stdout, show_details=args.details, backend=args.backend)
+        run_eval(args.paths, pipelines, replay_file, sys.stdout, show_details=args.details, backend=args.backend,
+                 report=args.report)
     except ConversationError as exc:
         print(f"memsift eval: {exc}", file=sys.stderr)
         return 1
@@ -243,6 +244,50 @@ def _notes_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _notes_show(args: argparse.Namespace) -> int:
+    from .notes import NotesFormatError
+
+    store = _store(args.project)
+    try:
+        notes = {n.id: n for n in store.notes()}
+    except NotesFormatError as exc:
+        print(f"memsift notes show: {exc}", file=sys.stderr)
+        return 1
+    if args.id not in notes:
+        print(f"memsift notes show: no note {args.id} in {store.markdown}", file=sys.stderr)
+        return 1
+    n = notes[args.id]
+    print(f"{n.id} · {n.date} · {n.kind}" + (f" · session {n.session}" if n.session else "")
+          + (f" · superseded by {n.superseded_by} (never pasted)" if n.superseded_by else ""))
+    print(n.text)
+    for other in notes.values():
+        if other.superseded_by == n.id:
+            print(f"(supersedes {other.id}: {other.text[:70]})")
+    return 0
+
+
+def _notes_edit(args: argparse.Namespace) -> int:
+    import shlex
+    import subprocess
+
+    from .notes import NotesFormatError, default_preamble
+
+    store = _store(args.project)
+    if not store.markdown.exists():
+        store.folder.mkdir(parents=True, exist_ok=True)
+        store.markdown.write_text(default_preamble(store.title) + "\n", encoding="utf-8")
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or ("notepad" if os.name == "nt" else "vi")
+    subprocess.run([*shlex.split(editor), str(store.markdown)])
+    try:
+        notes = store.read(strict=True).notes
+    except NotesFormatError as exc:  # the file is the user's: say what to fix, change nothing
+        print(f"memsift notes edit: {exc}\nrecall reads the rest; fix that line so that memsift can write the file again",
+              file=sys.stderr)
+        return 1
+    print(f"{len(notes)} notes in {store.markdown}")
+    return 0
+
+
 def _notes_undo(args: argparse.Namespace) -> int:
     from .revision import RevisionError, undo
 
@@ -324,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memsift's cascade, the origin baseline (top 5 on every message), or both (default)")
     p.add_argument("--details", action="store_true",
                    help="also print the genre confusion matrix, figures per language and recall outcomes")
+    p.add_argument("--report", metavar="FILE.html", help="also write the figures as an HTML page with charts")
     p.add_argument("--backend", choices=["embedded", "cognee"], default="embedded",
                    help="where the passages go: the embedded SQLite store (default) or a new dataset on the "
                         "Cognee server of MEMSIFT_COGNEE_URL")
@@ -371,6 +417,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = notes.add_parser("list", help="print the notes file's path and its notes")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_list)
+    p = notes.add_parser("show", help="one note, its status and what it supersedes")
+    p.add_argument("id", help="a note id, e.g. N012")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_show)
+    p = notes.add_parser("edit", help="open the notes file in $VISUAL or $EDITOR, then check it")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_edit)
     p = notes.add_parser("revise", help="tidy the notes file by line operations (duplicates, superseded notes)")
     p.add_argument("--dry-run", action="store_true", help="print the operations, change nothing")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")

@@ -239,3 +239,22 @@ def test_capture_hooks_fire_and_capture_the_session(claude_bin: str, project: Pr
     assert rows, "the detached capture never recorded the session\n" + turn.describe()
     session, transcript = rows[0]
     assert Path(transcript).name == f"{session}.jsonl" and Path(base_env["HOME"]) in Path(transcript).parents
+
+
+def test_installed_from_the_local_marketplace(claude_bin: str, project: Project, base_env: dict[str, str],
+                                              fake_api: FakeAnthropicAPI) -> None:
+    """`claude plugin marketplace add` + `claude plugin install`, as a user does; then a turn
+    without --plugin-dir runs the installed copy's hooks and the recall reaches the model."""
+    run([claude_bin, "plugin", "marketplace", "add", str(REPO)], env=base_env)
+    run([claude_bin, "plugin", "install", "memsift@memsift"], env=base_env)
+    listed = run([claude_bin, "plugin", "list", "--json"], env=base_env).stdout
+    assert "memsift@memsift" in listed
+    env = dict(base_env, ANTHROPIC_BASE_URL=fake_api.url, ANTHROPIC_API_KEY="sk-ant-fake-key-for-tests",
+               CLAUDE_CODE_MAX_RETRIES="0")
+    proc = run([claude_bin, "-p", "why did we choose Adyen over Stripe?", "--output-format", "stream-json",
+                "--verbose", "--include-hook-events"], env=env, cwd=project.path)
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    init = next(e for e in events if e.get("type") == "system" and e.get("subtype") == "init")
+    assert "memsift" in [p.get("name") for p in init.get("plugins", [])], init.get("plugins")
+    text = "\n".join(s for b in fake_api.message_bodies() for s in _strings(b))
+    assert NOTE_TEXT in text and "[memsift note" in text

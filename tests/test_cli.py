@@ -80,3 +80,18 @@ def test_config_toml_under_the_environment(memsift_home, monkeypatch):
     assert cognee_config().api_key == "k2"  # the environment wins
     (memsift_home / "config.toml").write_text("[cognee\nurl=")
     assert cognee_config() is None  # a broken file is ignored, never fatal
+
+
+def test_notes_show_and_edit(tmp_path, memsift_home):
+    project = make_project(tmp_path)
+    shown = run_memsift("notes", "show", "N001", "--project", str(project))
+    assert shown.returncode == 0 and NOTE.encode() in shown.stdout
+    assert run_memsift("notes", "show", "N999", "--project", str(project)).returncode == 1
+    editor = tmp_path / "editor.sh"  # an "editor" that appends a line, as a user would
+    editor.write_text("#!/bin/sh\nprintf '\\n## N002 · 2026-11-29 · context\\nStaging is wiped on Sundays.\\n' >> \"$1\"\n")
+    editor.chmod(0o755)
+    edited = run_memsift("notes", "edit", "--project", str(project), env={"EDITOR": str(editor)})
+    assert edited.returncode == 0 and b"2 notes" in edited.stdout
+    editor.write_text("#!/bin/sh\nprintf '\\n## N003 2026-11-29 context\\nbad header\\n' >> \"$1\"\n")
+    broken = run_memsift("notes", "edit", "--project", str(project), env={"EDITOR": str(editor)})
+    assert broken.returncode == 1 and b"expected '## <id>" in broken.stderr

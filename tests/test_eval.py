@@ -14,7 +14,8 @@ TINY = Path(__file__).parent / "data" / "tiny-en.json"
 
 def test_eval_prints_both_pipelines_and_writes_the_replay(tmp_path):
     replay = tmp_path / "replay.jsonl"
-    done = run_memsift("eval", str(TINY), "--replay", str(replay), timeout=300)
+    report = tmp_path / "report.html"
+    done = run_memsift("eval", str(TINY), "--replay", str(replay), "--report", str(report), timeout=300)
     assert done.returncode == 0, done.stderr.decode()
     out = done.stdout.decode()
     assert "tiny-en memsift" in out and "TOTAL memsift" in out and "TOTAL origin" in out
@@ -30,6 +31,8 @@ def test_eval_prints_both_pipelines_and_writes_the_replay(tmp_path):
     assert all(x["genre"] is None and len(x["injected"]) == 5 for x in origin)
     memsift = [x for x in lines if x["pipeline"] == "memsift"]
     assert all(x["genre"] is not None for x in memsift)
+    page = report.read_text(encoding="utf-8")
+    assert page.count("<svg") == 4 and "tiny-en" in page and "Recall turns found" in page
 
 
 def test_score_counts_as_format_md_says():
