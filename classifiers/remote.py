@@ -28,7 +28,6 @@ import json
 import logging
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -263,6 +262,8 @@ class LogprobModel:
 
     def decide(self, request: Request) -> dict[str, Answer]:
         """One call per question, in parallel, all within the budget. Raises `RemoteError`."""
+        from concurrent.futures import ThreadPoolExecutor
+
         state = masked(dict(request.state))
         deadline = time.monotonic() + self.timeout_s
         for q in request.questions.values():
@@ -344,7 +345,7 @@ class FallbackModel:
         return answers
 
 
-def load_model(home=None, env: Mapping[str, str] | None = None):
+def load_model(home=None, env: Mapping[str, str] | None = None, *, strict: bool = True):
     """The decision model configured by the environment: the embedded one, or a remote one
     with the embedded one behind it (`FallbackModel`).
 
@@ -353,7 +354,8 @@ def load_model(home=None, env: Mapping[str, str] | None = None):
     `MEMSIFT_DECISION_MODEL`, `MEMSIFT_DECISION_KEY` (else `TYPESAFE_API_KEY` /
     `OPENAI_API_KEY`), `MEMSIFT_DECISION_PRICE` (US dollars per million input tokens).
     `home` (the memsift home) holds the breakers and `calibration/<model>.json`. Raises
-    `ValueError` for an unknown API or a missing URL or model.
+    `ValueError` for an unknown API or a missing URL or model; with `strict=False` (the
+    hooks) it logs that and returns the embedded model instead.
     """
     import os
     from pathlib import Path
@@ -372,11 +374,19 @@ def load_model(home=None, env: Mapping[str, str] | None = None):
         remote = SystemOneModel(url or "https://api.typesafe.ai", model or "jev-latest", key or env.get("TYPESAFE_API_KEY"))
     elif api in ("decisions", "logprobs"):
         if not url or (api == "logprobs" and not model):
-            raise ValueError(f"MEMSIFT_DECISION_API={api} needs MEMSIFT_DECISION_URL" + (" and MEMSIFT_DECISION_MODEL" if api == "logprobs" else ""))
+            error = f"MEMSIFT_DECISION_API={api} needs MEMSIFT_DECISION_URL" + (" and MEMSIFT_DECISION_MODEL" if api == "logprobs" else "")
+            if strict:
+                raise ValueError(error)
+            log.warning("decision model misconfigured (%s): using the embedded model", error)
+            return embedded
         cls = DecisionsModel if api == "decisions" else LogprobModel
         remote = cls(url, model or "gpt-6-luna", key or env.get("OPENAI_API_KEY"))
     else:
-        raise ValueError(f"MEMSIFT_DECISION_API={api!r}: use systemone, decisions, logprobs or embedded")
+        error = f"MEMSIFT_DECISION_API={api!r}: use systemone, decisions, logprobs or embedded"
+        if strict:
+            raise ValueError(error)
+        log.warning("decision model misconfigured (%s): using the embedded model", error)
+        return embedded
     if env.get("MEMSIFT_DECISION_PRICE"):
         remote.usage.price_per_mtok = float(env["MEMSIFT_DECISION_PRICE"])
     breakers = calibration = None

@@ -197,8 +197,8 @@ def capture(
     """Capture the exchanges of one session not captured yet (see the module docstring).
 
     `final` says the session ended (or is compacting): its last exchange is complete.
-    `model` is a `ChoiceModel` with an `encoder` (default: the embedded model, loaded only
-    when there is something to judge). Raises `OSError` for an unreadable transcript and
+    `model` is a `ChoiceModel` with an `encoder` (default: the configured one, `load_model`,
+    loaded only when there is something to judge). Raises `OSError` for an unreadable transcript and
     `NotesFormatError` for a notes file memsift cannot rewrite safely (nothing is lost:
     the offset does not move, the next capture retries).
     """
@@ -235,10 +235,10 @@ def capture(
                 state.put(session, str(path), str(root), offset, 0, kept_before)  # known to later sweeps
                 log.info("capture %s: nothing new in %s (offset %d of %d bytes)", session, path, offset, size)
                 return result
-            if model is None:
-                from .classifiers.embedded import EmbeddedChoiceModel
+            if model is None:  # the configured model, as on the prompt path
+                from .classifiers.remote import load_model
 
-                model = EmbeddedChoiceModel()
+                model = load_model(home, strict=False)
             chosen = select(exchanges, model, MAX_NOTES_PER_SESSION - kept_before)
             if kept_before + len(chosen) >= MAX_NOTES_PER_SESSION:
                 log.info("capture %s: the session reached its %d notes; later exchanges are not considered",

@@ -70,7 +70,6 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
     """Run recall for one prompt: the additionalContext to inject (or None), and the notices
     owed to the user and the agent (a memory service paused or resumed)."""
     from .config import cognee_config
-
     from .runlog import paused
 
     prompt = payload["prompt"][:MAX_PROMPT_CHARS]
@@ -96,13 +95,7 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
     from .transcript import read_transcript
 
     settings = Settings()
-    try:
-        model = load_model(home)  # the embedded model, or a remote one with the embedded behind it
-    except ValueError as exc:
-        log.warning("decision model misconfigured (%s): using the embedded model", exc)
-        from .classifiers.embedded import EmbeddedChoiceModel
-
-        model = EmbeddedChoiceModel()
+    model = load_model(home, strict=False)  # the embedded model, or a remote one with the embedded behind it
     notes = NoteStore(folder, root.name, encoder=model.encoder)
     breakers = getattr(model, "breakers", None)
     if cognee is not None:  # the server is the passage tier; its breaker pauses it
