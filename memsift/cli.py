@@ -1,4 +1,5 @@
-"""The `memsift` command: `hook`, `eval`, `recall`, `notes`.
+"""The `memsift` command: `hook` (what the hosts run), `capture`, `eval`, `recall`, `notes`,
+`install` / `uninstall`, `status`, `log`, `why`, `pause` / `resume`, `doctor`, `sync`.
 
 Heavy modules are imported inside each command, so `memsift hook` starts fast.
 """
