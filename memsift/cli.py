@@ -24,6 +24,9 @@ def _hook(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from .eval.replay import ConversationError, run_eval
 
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        print(f"memsift eval: the folder of {args.report} does not exist", file=sys.stderr)
+        return 1
     pipelines = ["memsift", "origin"] if args.pipeline == "both" else [args.pipeline]
     replay_file = open(args.replay, "w", encoding="utf-8") if args.replay else None
     try:
@@ -157,7 +160,7 @@ def _status(args: argparse.Namespace) -> int:
     from .config import cognee_config, environment, memsift_home, project_dir, project_root
     from .notes import NoteStore, NotesFormatError
     from .outbox import Outbox
-    from .runlog import RunLog, paused
+    from .runlog import RunLog, pause_state
 
     home = memsift_home()
     root = project_root(args.project)
@@ -171,7 +174,7 @@ def _status(args: argparse.Namespace) -> int:
     if (folder / "passages.sqlite").exists():
         with sqlite3.connect(folder / "passages.sqlite") as db:
             print(f"passages   {db.execute('SELECT COUNT(*) FROM passages').fetchone()[0]} (local)")
-    print(f"paused     {'yes' if paused(home, '') else 'no'}")
+    print(f"paused     {pause_state(home)}")
     cognee = cognee_config()
     decision = environment().get("MEMSIFT_DECISION_API") or "embedded"
     print(f"decisions  {decision}")
@@ -207,6 +210,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _store(project: str, encoder=None):
     from .config import project_dir, project_root
+
+    if not os.path.isdir(project):
+        raise OSError(f"{project} is not a folder")
     from .notes import NoteStore
 
     root = project_root(project)
@@ -340,6 +346,13 @@ def _recall(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -385,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_status)
     p = sub.add_parser("log", help="the last prompts the hook handled: genre, what was pasted, how long it took")
-    p.add_argument("-n", type=int, default=20, help="how many (default 20)")
+    p.add_argument("-n", type=_positive, default=20, help="how many (default 20)")
     p.set_defaults(func=_log)
     p = sub.add_parser("why", help="what the cascade decided at each step of one run (a number from memsift log)")
     p.add_argument("run", type=int)

@@ -32,6 +32,8 @@ def memory_file_check(path: Path) -> tuple[bool, str]:
     """Whether `MEMORY.md` loads whole, and if not, from which line on it is cut."""
     data = path.read_bytes()
     lines = data.split(b"\n")
+    if lines and lines[-1] == b"":  # a final newline ends the last line, it does not start one
+        lines.pop()
     cut_line = MEMORY_MAX_LINES + 1 if len(lines) > MEMORY_MAX_LINES else None
     if len(data) > MEMORY_MAX_BYTES:
         by_bytes = data[:MEMORY_MAX_BYTES].count(b"\n") + 1
@@ -75,7 +77,11 @@ def checks(cwd: Path, env: Mapping[str, str] | None = None) -> list[tuple[bool, 
         out.append((False, "Claude Code: no memsift hooks (install the plugin, or `memsift install claude`)"))
     codex = settings_path("codex", env)
     if codex.exists():
-        n = codex.read_text(encoding="utf-8", errors="replace").count(MARK)
+        try:
+            groups = (json.loads(codex.read_text(encoding="utf-8-sig")).get("hooks") or {}).values()
+        except (ValueError, AttributeError):
+            groups = []
+        n = sum(1 for gs in groups for g in gs for h in g.get("hooks", []) if MARK in str(h.get("command", "")))
         out.append((n == 5, f"Codex: {n} memsift hooks in {codex}" + ("" if n == 5 else " (expected 5: reinstall)")
                     + "; Codex runs them once trusted (/hooks)"))
 

@@ -115,11 +115,15 @@ def install(host: str, home: Path, env: Mapping[str, str] | None = None, python:
     record = json.loads(record_path.read_text()) if record_path.exists() else None
     if record is None or record.get("installed_sha") != hashlib.sha256(raw or b"").hexdigest():
         record = {"path": str(path), "original": None if raw is None else base64.b64encode(raw).decode()}
-    atomic_write(path, text)
     record["installed_sha"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # the record first: if it cannot be written, the settings are not touched either
     record_path.parent.mkdir(parents=True, exist_ok=True)
-    record_path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    atomic_write(record_path, json.dumps(record) + "\n")
+    atomic_write(path, text)
     message = f"memsift's hooks added to {path} ({', '.join(e for e, _, _ in EVENTS)}), running {python}"
+    if host == "claude" and any(k.startswith("memsift@") and v for k, v in (data.get("enabledPlugins") or {}).items()):
+        message += (". Warning: the memsift plugin is enabled too, so each hook would run twice: disable one "
+                    "(`claude plugin disable memsift@memsift`, or `memsift uninstall claude`)")
     if host == "codex":
         message += ". Codex runs them once you trust them: start codex and type /hooks"
     return message

@@ -75,12 +75,13 @@ def pause_path(home: Path) -> Path:
 
 
 def paused(home: Path, session: str) -> bool:
-    """Whether recall is paused for `session` (or for all)."""
+    """Whether recall is paused for `session` (or for all); a paused id may be a prefix."""
     try:
         data = json.loads(pause_path(home).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return bool(data.get("all")) or session in (data.get("sessions") or [])
+    # a session may be named by the start of its id, as `memsift log` shows it
+    return bool(data.get("all")) or any(session.startswith(s) for s in data.get("sessions") or [] if s)
 
 
 def set_pause(home: Path, on: bool, session: str | None = None) -> dict:
@@ -100,3 +101,14 @@ def set_pause(home: Path, on: bool, session: str | None = None) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     atomic_write(pause_path(home), json.dumps(data) + "\n")
     return data
+
+
+def pause_state(home: Path) -> str:
+    """"no", "all sessions", or the paused session ids."""
+    try:
+        data = json.loads(pause_path(home).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "no"
+    if data.get("all"):
+        return "all sessions"
+    return ", ".join(data.get("sessions") or []) or "no"

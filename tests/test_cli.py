@@ -51,6 +51,9 @@ def test_pause_and_resume(tmp_path, memsift_home):
     run_memsift("resume")
     run_memsift("resume", "--session", "s1")
     assert NOTE.encode() in prompt(project, ask, "s4")
+    run_memsift("pause", "--session", "abcdef12")  # the start of an id, as `memsift log` shows it
+    assert prompt(project, ask, "abcdef12-0000-4000-8000-000000000000") == b""
+    assert b"paused     abcdef12" in run_memsift("status", "--project", str(project)).stdout
 
 
 def test_doctor_names_what_claude_code_would_cut(tmp_path):

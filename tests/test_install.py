@@ -88,3 +88,26 @@ def test_install_command(memsift_home, tmp_path):
     assert done.returncode == 0 and b"hooks added" in done.stdout
     assert run_memsift("uninstall", "claude", env={"HOME": str(home)}).returncode == 0
     assert not (home / ".claude" / "settings.json").exists()
+
+
+def test_doctor_is_happy_after_install_codex_and_warns_about_a_double_claude_setup(env, memsift_home, tmp_path):
+    from memsift.doctor import checks
+
+    install("codex", memsift_home, env)
+    codex = [(ok, m) for ok, m in checks(tmp_path, env) if m.startswith("Codex")]
+    assert codex and codex[0][0], codex
+    settings = settings_path("claude", env)
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps({"enabledPlugins": {"memsift@memsift": True}}))
+    assert "run twice" in install("claude", memsift_home, env)
+
+
+def test_a_failed_install_leaves_the_settings_alone(env, tmp_path):
+    path = settings_path("claude", env)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(CLAUDE_SETTINGS)
+    not_a_folder = tmp_path / "afile"
+    not_a_folder.write_text("x")
+    with pytest.raises(OSError):
+        install("claude", not_a_folder, env)
+    assert path.read_bytes() == CLAUDE_SETTINGS
