@@ -87,15 +87,21 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
         log.info("session %s: no memory yet for %s, nothing to do", session, root)
         return None, []
 
-    from .classifiers.remote import load_model
-    from .config import Settings
+    from .config import Settings, environment
     from .ledger import Ledger
     from .notes import NoteStore
     from .recall import Recaller
     from .transcript import read_transcript
 
     settings = Settings()
-    model = load_model(home, strict=False)  # the embedded model, or a remote one with the embedded behind it
+    if environment().get("MEMSIFT_DECISION_API", "embedded").strip().lower() in ("", "embedded"):
+        from .classifiers.embedded import EmbeddedChoiceModel  # the usual case: skip the remote clients' import
+
+        model = EmbeddedChoiceModel()
+    else:
+        from .classifiers.remote import load_model
+
+        model = load_model(home, strict=False)  # a remote model, with the embedded one behind it
     notes = NoteStore(folder, root.name, encoder=model.encoder)
     breakers = getattr(model, "breakers", None)
     if cognee is not None:  # the server is the passage tier; its breaker pauses it
