@@ -357,7 +357,6 @@ def load_model(home=None, env: Mapping[str, str] | None = None, *, strict: bool 
     `ValueError` for an unknown API or a missing URL or model; with `strict=False` (the
     hooks) it logs that and returns the embedded model instead.
     """
-    import os
     from pathlib import Path
 
     from .embedded import EmbeddedChoiceModel

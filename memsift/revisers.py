@@ -21,14 +21,13 @@ a reply that is not one, or whose operations do not validate, changes nothing, a
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import numpy as np
 
-from .revision import Op, Revision, RevisionError, parse_ops, propose, revise, snapshot
+from .revision import Op, Revision, parse_ops, propose, revise, snapshot
 
 log = logging.getLogger("memsift")
 

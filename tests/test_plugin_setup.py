@@ -5,7 +5,6 @@ hooks then run memsift from it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
