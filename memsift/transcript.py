@@ -216,6 +216,7 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
                 if user is not None:
                     yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, line_start, date)
                 user, answer, start, end = text[:MAX_EXCHANGE_CHARS], [], line_start, line_end
+                seen = set()  # "Done." may well answer two exchanges
                 stamp = entry.get("timestamp")
                 date = stamp[:10] if isinstance(stamp, str) and re.match(r"\d{4}-\d{2}-\d{2}", stamp) else ""
             elif user is not None:

@@ -219,3 +219,15 @@ def test_hook_payload_values_cannot_pass_for_options(tmp_path, memsift_home):
     time.sleep(1)
     rows = sqlite3.connect(memsift_home / "capture.sqlite").execute("SELECT session FROM sessions").fetchall()
     assert rows == [("--final",)]
+
+
+def test_the_same_answer_to_two_exchanges_is_kept_for_both(tmp_path):
+    path = tmp_path / "rollout.jsonl"
+    lines = []
+    for ask in ("run the linter", "run the tests"):
+        lines += [{"type": "event_msg", "payload": {"type": "user_message", "message": ask}},
+                  {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                                        "content": [{"type": "output_text", "text": "Done."}]}}]
+    write_jsonl(path, lines)
+    assert [(e.user, e.assistant) for e in read_exchanges(path, final=True)] == [
+        ("run the linter", "Done."), ("run the tests", "Done.")]
