@@ -15,10 +15,11 @@ once, not on every prompt.
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .config import open_state
 
 #: Seconds an open breaker skips its service before letting one probe through.
 COOLDOWN_S = 60.0
@@ -41,20 +42,18 @@ class Breakers:
     """The breakers of all services, in one SQLite file (see the module docstring)."""
 
     def __init__(self, path: Path | str, cooldown_s: float = COOLDOWN_S) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.cooldown_s = cooldown_s
-        self.db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None)
-        self.db.executescript(
+        self.db = open_state(
+            path,
             """
-            PRAGMA journal_mode = WAL;
             CREATE TABLE IF NOT EXISTS breakers (service TEXT PRIMARY KEY, state TEXT, since REAL,
                 reason TEXT, probe_at REAL, epoch INTEGER DEFAULT 0);
             CREATE TABLE IF NOT EXISTS notices (service TEXT, epoch INTEGER, kind TEXT, text TEXT,
                 at REAL, PRIMARY KEY (service, epoch, kind));
             CREATE TABLE IF NOT EXISTS told (scope TEXT, service TEXT, epoch INTEGER, kind TEXT,
                 given INTEGER, PRIMARY KEY (scope, service, epoch, kind));
-            """
+            """,
+            autocommit=True,
         )
 
     def state(self, service: str) -> BreakerState:

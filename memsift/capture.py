@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-import sqlite3
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -131,11 +130,11 @@ class CaptureState:
     """Per-session capture progress in SQLite (WAL, safe with several writers)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), timeout=10.0)
-        self.db.executescript(
+        from .config import open_state
+
+        self.db = open_state(
+            path,
             """
-            PRAGMA journal_mode = WAL;
             CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, transcript TEXT,
                 project TEXT, offset INTEGER DEFAULT 0, exchanges INTEGER DEFAULT 0,
                 kept INTEGER DEFAULT 0, at REAL);

@@ -16,6 +16,21 @@ def memsift_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".memsift"
 
 
+def open_state(path: Path | str, schema: str, *, autocommit: bool = False):
+    """A SQLite file of memsift's state (`":memory:"` in tests), as a `sqlite3.Connection`:
+    its folder created, the WAL journal (several sessions read and write at once), a 10 s
+    busy timeout, and `schema` (idempotent DDL, `CREATE TABLE IF NOT EXISTS ...`) applied.
+    With `autocommit`, transactions are the caller's (`BEGIN IMMEDIATE`). Raises
+    `sqlite3.Error` and `OSError`."""
+    import sqlite3
+
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), timeout=10.0, **({"isolation_level": None} if autocommit else {}))
+    db.executescript("PRAGMA journal_mode = WAL;\n" + schema)
+    return db
+
+
 def project_root(cwd: str | os.PathLike[str]) -> Path:
     """The git root above `cwd` (a folder holding `.git`, dir or file), else `cwd` itself.
 

@@ -7,21 +7,19 @@ sessions and parallel hooks can write at once. The eval replay uses `:memory:`.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
+
+from .config import open_state
 
 
 class Ledger:
     """Pasted item ids per scope (a session, or a session and a project)."""
 
     def __init__(self, path: Path | str) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), timeout=10.0)
-        self.db.executescript(
+        self.db = open_state(
+            path,
             """
-            PRAGMA journal_mode = WAL;
             CREATE TABLE IF NOT EXISTS pasted (scope TEXT, item TEXT, at REAL,
                 PRIMARY KEY (scope, item));
             """

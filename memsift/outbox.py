@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
+
+from .config import open_state
 
 log = logging.getLogger("memsift")
 
@@ -50,16 +51,14 @@ class Outbox:
     """Pending pushes in SQLite (WAL, 10 s busy timeout)."""
 
     def __init__(self, path: Path | str) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None)
-        self.db.executescript(
+        self.db = open_state(
+            path,
             """
-            PRAGMA journal_mode = WAL;
             CREATE TABLE IF NOT EXISTS outbox (dataset TEXT, sha TEXT, name TEXT, text TEXT,
                 attempts INTEGER DEFAULT 0, due REAL, lease REAL DEFAULT 0, error TEXT, created REAL,
                 PRIMARY KEY (dataset, sha));
-            """
+            """,
+            autocommit=True,
         )
 
     def put(self, dataset: str, texts: Sequence[str], now: float | None = None) -> int:

@@ -13,20 +13,19 @@ error when the hook failed. Nothing here leaves the machine.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
+
+from .config import open_state
 
 class RunLog:
     """Rows of hook runs in SQLite."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), timeout=10.0)
-        self.db.executescript(
+        self.db = open_state(
+            path,
             """
-            PRAGMA journal_mode = WAL;
             CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, at REAL, event TEXT, session TEXT,
                 project TEXT, prompt_chars INTEGER, genre TEXT, pasted TEXT, chars INTEGER, ms REAL, trace TEXT,
                 notices TEXT, error TEXT);
