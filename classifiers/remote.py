@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from .base import Answer, Question, Request, UnsupportedQuestion
 
@@ -86,30 +86,6 @@ def masked(value: Any) -> Any:
     return value
 
 
-def _post(url: str, body: dict, headers: dict, timeout_s: float) -> dict:
-    """POST JSON and return the JSON answer; `RemoteError` for anything else."""
-    import httpx
-
-    try:
-        r = httpx.post(url, json=body, headers={"Accept": "application/json", **headers},
-                       timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)))
-    except httpx.TimeoutException:
-        raise RemoteError(f"no answer within {timeout_s:.1f} s") from None
-    except httpx.HTTPError as exc:
-        raise RemoteError(f"unreachable ({type(exc).__name__})") from None
-    if r.status_code == 429:
-        raise RemoteError(f"HTTP 429, rate limited (retry after {r.headers.get('retry-after', '?')} s)")
-    if r.status_code != 200:
-        raise RemoteError(f"HTTP {r.status_code}")
-    try:
-        data = r.json()
-    except ValueError:
-        raise RemoteError("the answer is not JSON") from None
-    if not isinstance(data, dict):
-        raise RemoteError("the answer is not a JSON object")
-    return data
-
-
 def _probabilities(question: Question, raw: Mapping[str, Any], qid: str) -> Answer:
     """An `Answer` from per-option probabilities that must cover every option asked."""
     options = question.options()
@@ -130,26 +106,61 @@ def _noul(question: Question, p: Any, qid: str) -> Answer:
 
 
 @dataclass
-class SystemOneModel:
-    """A System One server (`POST {base_url}/v1/systemone`)."""
+class _RemoteClient:
+    """What the three clients share: where the server is, the key, the budget, the usage,
+    and one JSON call (`_call`)."""
 
     base_url: str
-    model: str = "jev-latest"
+    model: str
     api_key: str | None = None
     timeout_s: float = BUDGET_S
     usage: Usage = field(default_factory=Usage)
+    kind: ClassVar[str] = ""
 
     @property
     def name(self) -> str:
-        return f"systemone:{self.model}"
+        return f"{self.kind}:{self.model}"
+
+    def _call(self, path: str, body: dict, timeout_s: float | None = None) -> dict:
+        """POST `body` as JSON to `base_url + path` (bearer key, no retries), count the usage
+        it reports, and return the JSON answer; `RemoteError` for anything else."""
+        import httpx
+
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        headers = {"Accept": "application/json", **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})}
+        try:
+            r = httpx.post(f"{self.base_url.rstrip('/')}{path}", json=body, headers=headers,
+                           timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)))
+        except httpx.TimeoutException:
+            raise RemoteError(f"no answer within {timeout_s:.1f} s") from None
+        except httpx.HTTPError as exc:
+            raise RemoteError(f"unreachable ({type(exc).__name__})") from None
+        if r.status_code == 429:
+            raise RemoteError(f"HTTP 429, rate limited (retry after {r.headers.get('retry-after', '?')} s)")
+        if r.status_code != 200:
+            raise RemoteError(f"HTTP {r.status_code}")
+        try:
+            data = r.json()
+        except ValueError:
+            raise RemoteError("the answer is not JSON") from None
+        if not isinstance(data, dict):
+            raise RemoteError("the answer is not a JSON object")
+        self.usage.add(data.get("usage"))
+        return data
+
+
+@dataclass
+class SystemOneModel(_RemoteClient):
+    """A System One server (`POST {base_url}/v1/systemone`)."""
+
+    model: str = "jev-latest"
+    kind: ClassVar[str] = "systemone"
 
     def decide(self, request: Request) -> dict[str, Answer]:
         """All the request's questions in one call. Raises `RemoteError`."""
         body = {"model": self.model, "state": masked(dict(request.state)),
                 "questions": {qid: q.to_wire() for qid, q in request.questions.items()}}
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        data = _post(f"{self.base_url.rstrip('/')}/v1/systemone", body, headers, self.timeout_s)
-        self.usage.add(data.get("usage"))
+        data = self._call("/v1/systemone", body)
         answers = data.get("answers")
         if not isinstance(answers, Mapping):
             raise RemoteError("no answers in the reply")
@@ -163,18 +174,12 @@ class SystemOneModel:
 
 
 @dataclass
-class DecisionsModel:
+class DecisionsModel(_RemoteClient):
     """OpenAI's Decisions API (`POST {base_url}/v1/decisions`)."""
 
-    base_url: str
     model: str = "gpt-6-luna"
-    api_key: str | None = None
-    timeout_s: float = BUDGET_S
     usage: Usage = field(default_factory=lambda: Usage(price_per_mtok=0.10))
-
-    @property
-    def name(self) -> str:
-        return f"decisions:{self.model}"
+    kind: ClassVar[str] = "decisions"
 
     def decide(self, request: Request) -> dict[str, Answer]:
         """All the request's questions in one call, in order. Raises `RemoteError`, and
@@ -190,9 +195,7 @@ class DecisionsModel:
                 raise UnsupportedQuestion(qid)
         body = {"model": self.model, "input": json.dumps(masked(dict(request.state)), ensure_ascii=False),
                 "questions": questions}
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        data = _post(f"{self.base_url.rstrip('/')}/v1/decisions", body, headers, self.timeout_s)
-        self.usage.add(data.get("usage"))
+        data = self._call("/v1/decisions", body)
         answers = data.get("answers")
         if not isinstance(answers, list) or len(answers) != len(questions):
             raise RemoteError("the reply does not answer every question")
@@ -209,19 +212,12 @@ class DecisionsModel:
 
 
 @dataclass
-class LogprobModel:
+class LogprobModel(_RemoteClient):
     """An OpenAI-compatible chat/completions server that returns `top_logprobs` (OpenAI,
     vLLM, llama.cpp; see the research note for each server's quirks)."""
 
-    base_url: str
-    model: str
-    api_key: str | None = None
-    timeout_s: float = BUDGET_S
     usage: Usage = field(default_factory=lambda: Usage(price_per_mtok=0.0))
-
-    @property
-    def name(self) -> str:
-        return f"logprobs:{self.model}"
+    kind: ClassVar[str] = "logprobs"
 
     def prompt(self, state: Mapping[str, Any], question: Question) -> tuple[str, list[str]]:
         """The prompt for one question and its option keys in letter order."""
@@ -243,9 +239,7 @@ class LogprobModel:
         text, keys = self.prompt(state, question)
         body = {"model": self.model, "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": 20,
                 "messages": [{"role": "user", "content": text}]}
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        data = _post(f"{self.base_url.rstrip('/')}/chat/completions", body, headers, max(0.05, deadline - time.monotonic()))
-        self.usage.add(data.get("usage"))
+        data = self._call("/chat/completions", body, max(0.05, deadline - time.monotonic()))
         try:
             top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
