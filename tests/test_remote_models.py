@@ -9,7 +9,6 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -24,6 +23,8 @@ uvicorn = pytest.importorskip("uvicorn")
 from laya_serve.app import create_app  # noqa: E402
 from laya_serve.inference import FakeBackend  # noqa: E402
 from laya_serve.settings import Settings as LayaSettings  # noqa: E402
+
+from .jsonserver import JSONServer  # noqa: E402
 
 GENRE = load_question("genre").question
 NOTE = load_question("note_answers")
@@ -154,33 +155,9 @@ def test_rate_limit_429_falls_back(embedded, tmp_path):
         server.should_exit = True
 
 
-class Local:
-    """A local server answering the Decisions and chat/completions formats from a script."""
-
-    def __init__(self, reply):
-        self.reply, self.bodies = reply, []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.bodies.append(body)
-                raw = json.dumps(outer.reply(self.path, body)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
+def local(reply) -> JSONServer:
+    """A local server answering the Decisions and chat/completions formats: 200 and `reply(path, body)`."""
+    return JSONServer(lambda path, body: (200, reply(path, body)))
 
 
 def test_openai_decisions_format():
@@ -192,18 +169,18 @@ def test_openai_decisions_format():
                 out.append({"type": "predicate", "name": q["name"], "probability": 0.9 if q["name"].endswith(".0") else 0.1})
         return {"answers": out, "usage": {"input_tokens": 50}}
 
-    server = Local(reply)
+    server = local(reply)
     try:
         got = DecisionsModel(server.url, "gpt-6-luna", "k").decide(notes_request())
     finally:
         server.close()
     assert got["note_answers.0"].noul == pytest.approx(0.9) and got["note_answers.1"].noul == pytest.approx(0.1)
-    assert server.bodies[0]["questions"][0] == {"type": "predicate", "name": "note_answers.0",
+    assert server.requests[0]["body"]["questions"][0] == {"type": "predicate", "name": "note_answers.0",
                                                 "instructions": NOTE.for_item(0).instructions}
 
 
 def test_decisions_refusal_is_an_error():
-    server = Local(lambda path, body: {"answers": [{"type": "refusal", "name": "genre"}]})
+    server = local(lambda path, body: {"answers": [{"type": "refusal", "name": "genre"}]})
     try:
         with pytest.raises(RemoteError, match="refused"):
             DecisionsModel(server.url, "m", "k").decide(genre_request())
@@ -221,7 +198,7 @@ def test_logprob_format_renormalises_the_letters_and_refuses_low_coverage():
                {"token": "The", "logprob": math.log(0.2 if yes else 0.6)}]
         return {"choices": [{"logprobs": {"content": [{"token": "A", "top_logprobs": top}]}}], "usage": {"prompt_tokens": 80}}
 
-    server = Local(reply)
+    server = local(reply)
     try:
         model = LogprobModel(server.url, "qwen3")
         with pytest.raises(RemoteError, match="hold 0.40"):
@@ -244,7 +221,7 @@ def test_load_model_from_the_environment(tmp_path):
 
 
 def test_system_one_answer_missing_an_option_is_an_error():
-    server = Local(lambda path, body: {"answers": {"genre": {"type": "choice", "probabilities": {"reaction": 1.0}}}})
+    server = local(lambda path, body: {"answers": {"genre": {"type": "choice", "probabilities": {"reaction": 1.0}}}})
     try:
         with pytest.raises(RemoteError, match="every option"):
             SystemOneModel(server.url, "m", "k").decide(genre_request())

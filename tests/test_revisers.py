@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import stat
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from memsift.notes import NoteStore
 from memsift.revisers import EmbeddedReviser, load_reviser, revise_notes
 from memsift.revision import history, undo
+
+from .jsonserver import JSONServer
 
 NOTES = """# memsift notes: shop
 
@@ -29,38 +29,15 @@ The deploy token is ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij (rotate it).
 # the token above is a made-up value of GitHub's documented `ghp_` + 36 characters shape
 
 
-class Server:
-    """A real HTTP server on 127.0.0.1 answering both APIs with a scripted reply text."""
+def llm_server(reply: str, status: int = 200) -> JSONServer:
+    """A local server answering both chat APIs with the reply text `reply`."""
 
-    def __init__(self, reply: str, status: int = 200) -> None:
-        self.reply, self.status, self.bodies = reply, status, []
-        outer = self
+    def answer(path, body):
+        if path.endswith("/chat/completions"):
+            return status, {"choices": [{"message": {"role": "assistant", "content": reply}}]}
+        return status, {"content": [{"type": "text", "text": reply}], "role": "assistant"}
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.bodies.append({"path": self.path, "body": body, "headers": dict(self.headers)})
-                if self.path.endswith("/chat/completions"):
-                    data = {"choices": [{"message": {"role": "assistant", "content": outer.reply}}]}
-                else:
-                    data = {"content": [{"type": "text", "text": outer.reply}], "role": "assistant"}
-                raw = json.dumps(data).encode()
-                self.send_response(outer.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return JSONServer(answer)
 
 
 @pytest.fixture
@@ -76,7 +53,7 @@ SUPERSEDE = '```json\n[{"op": "supersede", "note": "N001", "by": "N002"}]\n```'
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_llm_ops_are_applied_logged_and_undone(api, store):
-    server = Server(SUPERSEDE)
+    server = llm_server(SUPERSEDE)
     try:
         env = {"MEMSIFT_REVISER": api, "MEMSIFT_REVISER_URL": server.url + ("/v1" if api == "openai" else ""),
                "MEMSIFT_REVISER_MODEL": "m", "MEMSIFT_REVISER_KEY": "test-key"}
@@ -85,7 +62,7 @@ def test_llm_ops_are_applied_logged_and_undone(api, store):
         server.close()
     assert revision is not None and revision.backend == api
     assert "## N001 · 2026-06-02 · decision · superseded by N002" in store.markdown.read_text()
-    (request,) = server.bodies
+    (request,) = server.requests
     prompt = json.dumps(request["body"], ensure_ascii=False)
     assert "3| ## N001 · 2026-06-02 · decision" in prompt
     assert "ghp_ABCDEFGHIJ" not in prompt and "[SECRET:" in prompt  # masked before it leaves
@@ -96,7 +73,7 @@ def test_llm_ops_are_applied_logged_and_undone(api, store):
 @pytest.mark.parametrize("reply,status", [("sure! I would merge N001 into N002.", 200), ("[{\"op\": \"delete\", \"line\": 4, \"old\": \"wrong text\"}]", 200),
                                           ("{}", 500)])
 def test_a_bad_llm_reply_changes_nothing_it_proposed(reply, status, store, caplog):
-    server = Server(reply, status)
+    server = llm_server(reply, status)
     try:
         env = {"MEMSIFT_REVISER": "openai", "MEMSIFT_REVISER_URL": server.url, "MEMSIFT_REVISER_MODEL": "m"}
         ops, revision = revise_notes(store, load_reviser(env))
