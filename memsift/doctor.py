@@ -9,13 +9,12 @@ comes first: `hosts.md`, B7), naming the first line that would be cut.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 from typing import Mapping
 
-from .install import MARK, settings_path
+from .install import InstallError, memsift_events, plugin_enabled, read_settings, settings_path
 
 MEMORY_MAX_LINES = 200
 MEMORY_MAX_BYTES = 25_000
@@ -60,13 +59,12 @@ def checks(cwd: Path, env: Mapping[str, str] | None = None) -> list[tuple[bool, 
 
     claude = settings_path("claude", env)
     try:
-        settings = json.loads(claude.read_text(encoding="utf-8-sig")) if claude.exists() else {}
-    except ValueError:
+        settings = read_settings(claude)
+    except InstallError as exc:
         settings = {}
-        out.append((False, f"{claude} is not JSON: Claude Code will not read it either"))
-    in_settings = {e for e, groups in (settings.get("hooks") or {}).items() for g in groups
-                   for h in g.get("hooks", []) if MARK in str(h.get("command", ""))}
-    plugin = any(k.startswith("memsift@") and v for k, v in (settings.get("enabledPlugins") or {}).items())
+        out.append((False, f"{exc}; Claude Code will not read it either"))
+    in_settings = memsift_events(settings)
+    plugin = plugin_enabled(settings)
     if in_settings and plugin:
         out.append((False, f"memsift's hooks are in {claude} and the memsift plugin is enabled: each would run twice; "
                            "run `memsift uninstall claude` or disable the plugin"))
@@ -77,10 +75,9 @@ def checks(cwd: Path, env: Mapping[str, str] | None = None) -> list[tuple[bool, 
     codex = settings_path("codex", env)
     if codex.exists():
         try:
-            groups = (json.loads(codex.read_text(encoding="utf-8-sig")).get("hooks") or {}).values()
-        except (ValueError, AttributeError):
-            groups = []
-        n = sum(1 for gs in groups for g in gs for h in g.get("hooks", []) if MARK in str(h.get("command", "")))
+            n = len(memsift_events(read_settings(codex)))
+        except InstallError:
+            n = 0
         out.append((n == 5, f"Codex: {n} memsift hooks in {codex}" + ("" if n == 5 else " (expected 5: reinstall)")
                     + "; Codex runs them once trusted (/hooks)"))
 

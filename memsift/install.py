@@ -65,9 +65,29 @@ def hook_groups(host: str, python: str = sys.executable) -> dict[str, list[dict]
     return out
 
 
+def _is_ours(handler: object) -> bool:
+    return isinstance(handler, dict) and MARK in str(handler.get("command", ""))
+
+
 def _ours(group: object) -> bool:
-    return isinstance(group, dict) and any(
-        isinstance(h, dict) and MARK in str(h.get("command", "")) for h in group.get("hooks") or [])
+    return isinstance(group, dict) and any(_is_ours(h) for h in group.get("hooks") or [])
+
+
+def memsift_events(data: dict) -> list[str]:
+    """The host event of each memsift handler in parsed settings (one entry per handler)."""
+    return [event for event, groups in (data.get("hooks") or {}).items() for g in groups if isinstance(g, dict)
+            for h in g.get("hooks") or [] if _is_ours(h)]
+
+
+def plugin_enabled(data: dict) -> bool:
+    """Whether parsed Claude Code settings enable the memsift plugin."""
+    return any(k.startswith("memsift@") and v for k, v in (data.get("enabledPlugins") or {}).items())
+
+
+def read_settings(path: Path) -> dict:
+    """A host's settings file parsed ({} when missing). Raises `InstallError` when it is not
+    a JSON object whose `hooks` is an object."""
+    return _read(path)[1]
 
 
 def _read(path: Path) -> tuple[bytes | None, dict]:
@@ -121,7 +141,7 @@ def install(host: str, home: Path, env: Mapping[str, str] | None = None, python:
     atomic_write(record_path, json.dumps(record) + "\n")
     atomic_write(path, text)
     message = f"memsift's hooks added to {path} ({', '.join(e for e, _, _ in EVENTS)}), running {python}"
-    if host == "claude" and any(k.startswith("memsift@") and v for k, v in (data.get("enabledPlugins") or {}).items()):
+    if host == "claude" and plugin_enabled(data):
         message += (". Warning: the memsift plugin is enabled too, so each hook would run twice: disable one "
                     "(`claude plugin disable memsift@memsift`, or `memsift uninstall claude`)")
     if host == "codex":
