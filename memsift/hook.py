@@ -69,7 +69,7 @@ def parse_input(raw: bytes, required: tuple[str, ...] = ("prompt", "cwd")) -> di
 def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None, list[str]]:
     """Run recall for one prompt: the additionalContext to inject (or None), and the notices
     owed to the user and the agent (a memory service paused or resumed)."""
-    from .config import cognee_config
+    from .config import cognee_config, environment
     from .runlog import paused
 
     prompt = payload["prompt"][:MAX_PROMPT_CHARS]
@@ -82,26 +82,27 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
         return None, []
     root = project_root(payload["cwd"])
     folder = project_dir(root, home)
-    cognee = cognee_config()
+    env = environment()  # config.toml and the environment, read once per prompt
+    cognee = cognee_config(env)
     if cognee is None and not (folder / "notes.md").exists() and not (folder / "passages.sqlite").exists():
         log.info("session %s: no memory yet for %s, nothing to do", session, root)
         return None, []
 
-    from .config import Settings, environment
+    from .config import Settings
     from .ledger import Ledger
     from .notes import NoteStore
     from .recall import Recaller
     from .transcript import read_transcript
 
     settings = Settings()
-    if environment().get("MEMSIFT_DECISION_API", "embedded").strip().lower() in ("", "embedded"):
+    if env.get("MEMSIFT_DECISION_API", "embedded").strip().lower() in ("", "embedded"):
         from .classifiers.embedded import EmbeddedChoiceModel  # the usual case: skip the remote clients' import
 
         model = EmbeddedChoiceModel()
     else:
         from .classifiers.remote import load_model
 
-        model = load_model(home, strict=False)  # a remote model, with the embedded one behind it
+        model = load_model(home, env, strict=False)  # a remote model, with the embedded one behind it
     notes = NoteStore(folder, root.name, encoder=model.encoder)
     breakers = getattr(model, "breakers", None)
     if cognee is not None:  # the server is the passage tier; its breaker pauses it
