@@ -47,22 +47,24 @@ class RunLog:
 
     def last(self, n: int = 20) -> list[dict[str, Any]]:
         """The last `n` runs, oldest first."""
-        rows = self.db.execute("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (n,)).fetchall()
-        return [self._row(r) for r in reversed(rows)]
+        return self._rows("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (n,))[::-1]
 
     def get(self, run_id: int) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-        return self._row(row) if row else None
+        rows = self._rows("SELECT * FROM runs WHERE id = ?", (run_id,))
+        return rows[0] if rows else None
 
     def errors(self, n: int = 3) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT * FROM runs WHERE error IS NOT NULL ORDER BY id DESC LIMIT ?", (n,)).fetchall()
-        return [self._row(r) for r in rows]
+        return self._rows("SELECT * FROM runs WHERE error IS NOT NULL ORDER BY id DESC LIMIT ?", (n,))
 
-    def _row(self, row) -> dict[str, Any]:
-        names = [d[0] for d in self.db.execute("SELECT * FROM runs LIMIT 0").description]
-        out = dict(zip(names, row))
-        for key in ("pasted", "trace", "notices"):
-            out[key] = json.loads(out[key]) if out[key] else None
+    def _rows(self, sql: str, args: tuple) -> list[dict[str, Any]]:
+        cur = self.db.execute(sql, args)
+        names = [d[0] for d in cur.description]
+        out = []
+        for row in cur.fetchall():
+            run = dict(zip(names, row))
+            for key in ("pasted", "trace", "notices"):
+                run[key] = json.loads(run[key]) if run[key] else None
+            out.append(run)
         return out
 
     def close(self) -> None:
