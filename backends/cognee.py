@@ -199,6 +199,7 @@ class CogneeBackend:
 
 
 def frame_passage(p: Passage, text: str | None = None) -> str:
-    """The document stored for a passage: memsift's frame, then the text."""
-    head = f"{p.id} · {p.date}" if p.date else p.id
-    return f"[memsift passage {head}] {text if text is not None else p.text}"
+    """The document stored for a passage: memsift's frame (`transcript.frame_line`), then the text."""
+    from ..transcript import frame_line
+
+    return frame_line("passage", p.id, p.date, None, text if text is not None else p.text)

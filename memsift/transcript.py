@@ -28,8 +28,15 @@ from typing import Iterator
 
 TAIL_BYTES = 512 * 1024
 _WRAPPER = re.compile(r"<(system-reminder|command-name|local-command-stdout)>.*?</\1>", re.DOTALL)
-#: How memsift frames each pasted item; ids are read back from it.
+#: How memsift frames each pasted item (`frame_line`); ids are read back from it.
 FRAME = re.compile(r"\[memsift (?:note|passage) (?P<id>[^\s\]·]+)")
+
+
+def frame_line(tier: str, item_id: str, date: str, kind: str | None, text: str) -> str:
+    """One framed item, as pasted and as stored on a memory server:
+    `[memsift note N07 · 2026-08-14 · decision] text` (empty fields left out)."""
+    meta = " · ".join(x for x in (item_id, date, kind) if x)
+    return f"[memsift {tier} {meta}] {text}"
 
 
 @dataclass(frozen=True)
