@@ -1,35 +1,29 @@
 """A project's local notes: a Markdown file the user can edit, and a SQLite index beside it.
 
-Layout of `<project dir>/notes.md` (one section per note; everything else is ignored)::
+`<project dir>/notes.md` holds one section per note (its format: `memsift.notefile`).
 
-    # memsift notes: shop
-
-    ## N07 · 2026-08-14 · decision
-    Payments: Mollie chosen over Stripe because ...
-
-    ## N03 · 2026-06-02 · decision · session 5e1f0c2a · superseded by N07
-    Payments go through Stripe ...
-
-A note captured from a session names it (`session <id>`); one added by hand does not.
-
-`index.sqlite` holds each active note's embedding (computed when the note is written) and
-an FTS5 table for BM25. It is rebuilt whenever the Markdown's hash changes, into a temp
-file swapped in with `os.replace`, so readers never see a half-written index.
+`index.sqlite` holds each note's embedding (computed when the note is written), an FTS5
+table for BM25, the encoder that wrote it and the Markdown it was built from. Readers
+(recall) never embed more than `PROMPT_EMBED_MAX` notes: when the Markdown changed a lot,
+or the encoder changed, or the index is gone, a search answers from the notes whose vectors
+are known and the store reports `stale`, so that the caller rebuilds it out of the prompt
+path (`reindex`: capture, the session-start sweep, `memsift notes reindex`). A note edited
+in by hand beyond `MAX_NOTE_CHARS` is indexed by its first `MAX_NOTE_CHARS` characters.
+Each index is written into a temp file swapped in with `os.replace`, so readers never see a
+half-written one.
 
 Every write takes `notes.lock` (a `filelock` lock, safe across processes and platforms),
 re-reads the Markdown under the lock and replaces it atomically: several sessions adding
-notes at once never lose or corrupt one.
+notes at once never lose or corrupt one. A byte that is not UTF-8 is read leniently (as
+U+FFFD, its line reported in `NotesFile.problems`) and written back as it was.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import os
-import re
 import sqlite3
-import stat
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,181 +31,28 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
+from .notefile import (  # noqa: F401  (the names callers import from here)
+    KINDS, MAX_NOTE_CHARS, Note, NotesFile, NotesFormatError, atomic_write, check_note, clean, decode,
+    default_preamble, parse_markdown, render_markdown, serial, text_hash,
+)
+
 if TYPE_CHECKING:
     from .classifiers.encoders import Encoder
 
 log = logging.getLogger("memsift")
 
-KINDS = ("decision", "constraint", "incident", "convention", "context")
-_HEADER = re.compile(
-    r"^## +(?P<id>[A-Za-z0-9][\w.-]*) +· +(?P<date>\d{4}-\d{2}-\d{2}) +· +(?P<kind>\w+)"
-    r"(?: +· +session +(?P<session>[\w.-]+))?"
-    r"(?: +· +superseded by +(?P<by>[A-Za-z0-9][\w.-]*))? *$"
-)
 LOCK_TIMEOUT_S = 30.0
+#: Notes a search may embed itself when the index lags the Markdown (a note or two edited by
+#: hand). Embedding costs 10-30 ms a note on 2 cores (measured here, e5-small-q4), so 8 keep a
+#: prompt within about 250 ms of extra work; beyond that the search answers from the vectors
+#: it has and the index is rebuilt out of the prompt path.
+PROMPT_EMBED_MAX = 8
 
 
-class NotesFormatError(ValueError):
-    """The notes Markdown cannot be read; the message names the file and line."""
-
-
-@dataclass(frozen=True)
-class Note:
-    """One note. `session` is the host session it was captured from (None when added by
-    hand); `superseded_by` is the id of the newer note that replaces it, if any."""
-
-    id: str
-    date: str
-    kind: str
-    text: str
-    superseded_by: str | None = None
-    session: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.superseded_by is None
-
-
-@dataclass(frozen=True)
-class NotesFile:
-    """A parsed notes file: the text before the first note (kept verbatim), the notes, and
-    the problems found when read leniently."""
-
-    preamble: str
-    notes: list[Note]
-    problems: list[str]
-
-
-def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> NotesFile:
-    """Read a notes Markdown file.
-
-    Text above the first note header is the preamble, whatever it holds. Below it, strict
-    (before any write): a `## ` line that is not a valid note header, or an id used
-    twice, raises `NotesFormatError` naming the file and line, so that nothing is rewritten
-    from a file memsift misread. Lenient (for recall): such a line stays in the text of the
-    note above it, a repeated id is skipped, and each problem is listed in `problems`.
-    """
-    text = text.removeprefix("\ufeff")
-    notes: list[Note] = []
-    problems: list[str] = []
-    preamble: list[str] = []
-    current: dict | None = None
-    body: list[str] = []
-    seen: set[str] = set()
-
-    def close() -> None:
-        if current is None:
-            return
-        if current["id"] in seen:
-            problem = f"{source}:{current['line']}: note id {current['id']} appears twice"
-            if strict:
-                raise NotesFormatError(problem)
-            problems.append(problem + " (the second is ignored)")
-            return
-        seen.add(current["id"])
-        fields = {k: v for k, v in current.items() if k != "line"}
-        notes.append(Note(text="\n".join(body).strip(), **fields))
-
-    for lineno, line in enumerate(text.splitlines(), 1):
-        m = _HEADER.match(line.rstrip()) if line.startswith("## ") else None
-        problem = None
-        if current is None and not m:
-            preamble.append(line)  # above the first note, any text is the user's, `## ` headings too
-            continue
-        if line.startswith("## ") and not m:
-            problem = f"{source}:{lineno}: expected '## <id> · <YYYY-MM-DD> · <kind>', got {line!r}"
-        elif m and m["kind"] not in KINDS:
-            problem = f"{source}:{lineno}: kind {m['kind']!r} is not one of {', '.join(KINDS)}"
-        if problem:
-            if strict:
-                raise NotesFormatError(problem)
-            problems.append(problem + " (read as text)")
-            m = None
-        if m:
-            close()
-            current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"],
-                             "session": m["session"], "line": lineno}, []
-        elif current is not None:
-            body.append(line)
-        else:
-            preamble.append(line)
-    close()
-    return NotesFile("\n".join(preamble).rstrip(), notes, problems)
-
-
-def default_preamble(title: str) -> str:
-    return "\n".join([
-        f"# memsift notes: {title}",
-        "",
-        "<!-- One section per note. Edit the text freely; keep each header line's shape:",
-        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · session <id>][ · superseded by <id>]",
-        "     Text above the first note is kept as it is. -->",
-    ])
-
-
-def render_markdown(preamble: str, notes: Iterable[Note]) -> str:
-    """The Markdown file: `preamble` verbatim, then `notes` in the order given."""
-    out = [preamble]
-    for n in notes:
-        head = f"## {n.id} · {n.date} · {n.kind}"
-        if n.session:
-            head += f" · session {n.session}"
-        if n.superseded_by:
-            head += f" · superseded by {n.superseded_by}"
-        out += ["", head, n.text.strip()]
-    return "\n".join(out) + "\n"
-
-
-def check_note(note: Note) -> None:
-    """Raise `ValueError` for a note memsift could not write and read back as it is."""
-    if note.kind not in KINDS:
-        raise ValueError(f"kind {note.kind!r} is not one of {', '.join(KINDS)}")
-    try:
-        dt.date.fromisoformat(note.date)
-    except ValueError:
-        raise ValueError(f"date {note.date!r} is not YYYY-MM-DD") from None
-    if not note.text.strip():
-        raise ValueError("the note's text is empty")
-    if any(line.startswith("## ") for line in note.text.splitlines()):
-        raise ValueError("a line of the text starts with '## ', which the notes file keeps for note headers")
-    if note.session and not re.fullmatch(r"[\w.-]+", note.session):
-        raise ValueError(f"session {note.session!r} must be letters, digits, '.', '_' or '-'")
-    if note.id and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", note.id):
-        raise ValueError(f"id {note.id!r} must be letters, digits, '.', '_' or '-'")
-
-
-def _serial(note_id: str) -> int | None:
-    """The number of an id memsift assigned (`N007` -> 7), None for any other id."""
-    m = re.fullmatch(r"N(\d+)", note_id)
-    return int(m[1]) if m else None
-
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write `data` (a str as UTF-8 with its newlines as they are, or bytes exactly) to
-    `path` through a temp file, fsync and `os.replace`; an existing file keeps its
-    permissions, a new one gets the umask's."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        try:
-            mode = stat.S_IMODE(os.stat(path).st_mode)
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+def indexed_text(note: Note) -> str:
+    """The part of a note the index holds, is judged on and may be pasted: its first
+    `MAX_NOTE_CHARS` characters (longer notes only come from editing by hand)."""
+    return note.text if len(note.text) <= MAX_NOTE_CHARS else note.text[:MAX_NOTE_CHARS]
 
 
 @dataclass(frozen=True)
@@ -229,7 +70,10 @@ class NoteHits:
 class NoteStore:
     """The notes of one project, in `folder` (see the module docstring for the files).
 
-    `encoder` embeds notes when they are written; it is only loaded when needed.
+    `encoder` embeds notes when they are written; it is only loaded when needed. After a
+    write, `warnings` lists what could not be done beside it (the index or the id counter not
+    written, for example on a full disk: the Markdown holds the note, the index is rebuilt
+    later); after a search, `stale` says the index lags the Markdown.
     """
 
     def __init__(self, folder: Path, title: str = "project", encoder: Encoder | None = None) -> None:
@@ -238,6 +82,8 @@ class NoteStore:
         self.markdown = self.folder / "notes.md"
         self.index_path = self.folder / "index.sqlite"
         self._encoder = encoder
+        self.warnings: list[str] = []
+        self.stale = False
 
     @property
     def encoder(self) -> Encoder:
@@ -247,61 +93,80 @@ class NoteStore:
             self._encoder = load_encoder()
         return self._encoder
 
-    def _lock(self):
+    def lock(self, timeout: float = LOCK_TIMEOUT_S):
+        """The store's write lock (a `filelock.FileLock`, `timeout` seconds); not re-entrant
+        across `FileLock` objects, so take it once per operation."""
         from filelock import FileLock  # lazy: only writers need it
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.folder / "notes.lock"), timeout=LOCK_TIMEOUT_S)
+        return FileLock(str(self.folder / "notes.lock"), timeout=timeout)
+
+    _lock = lock
+
+    def text(self) -> str:
+        """The Markdown as stored, for writers: bytes that are not UTF-8 kept as surrogate
+        escapes (`notefile.decode`), so that writing it back keeps them. The default
+        preamble when there is no file."""
+        try:
+            return decode(self.markdown.read_bytes(), str(self.markdown))[0]
+        except FileNotFoundError:
+            return default_preamble(self.title) + "\n"
 
     def read(self, strict: bool = True) -> NotesFile:
-        """The parsed Markdown (see `parse_markdown`); an empty file when there is none.
+        """The parsed Markdown (see `notefile.parse_markdown`); an empty file when there is none.
 
-        Raises `NotesFormatError` for a file that is not UTF-8, or (strict) badly formed.
+        Bytes that are not UTF-8 read as U+FFFD, each such line listed in `problems`, as is
+        each note longer than `MAX_NOTE_CHARS`. Raises `NotesFormatError` (strict) for a file
+        badly formed.
         """
         try:
             raw = self.markdown.read_bytes()
         except FileNotFoundError:
             return NotesFile(default_preamble(self.title), [], [])
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise NotesFormatError(f"{self.markdown}: not UTF-8 ({exc})") from None
-        return parse_markdown(text, str(self.markdown), strict=strict)
+        text, problems = decode(raw, str(self.markdown))
+        parsed = parse_markdown(clean(text), str(self.markdown), strict=strict)
+        for n in parsed.notes:
+            if len(n.text) > MAX_NOTE_CHARS:
+                problems.append(f"{self.markdown}: note {n.id} has {len(n.text):,} characters; memsift recalls "
+                                f"only its first {MAX_NOTE_CHARS:,}: split it with `memsift notes edit`")
+        return replace(parsed, problems=problems + parsed.problems)
 
     def notes(self) -> list[Note]:
         """Every note in the Markdown, superseded ones included. [] when there is no file."""
         return self.read().notes
 
-    def lock(self):
-        """The store's write lock (a `filelock.FileLock`, 30 s timeout); not re-entrant
-        across `FileLock` objects, so take it once per operation."""
-        return self._lock()
-
     def add(self, new: Iterable[Note], *, link_supersession: bool = True, skip_known: bool = False) -> list[Note]:
         """Append notes (an empty `id` gets the next `N<nnn>`), mark the notes they replace, reindex.
 
-        The file is appended to, not rewritten: every existing line stays byte for byte,
-        except the header lines of the notes the new ones supersede (a `revision.Supersede`
-        line operation each). Secrets in the text are masked first (`memsift.secrets`).
-        Supersession is decided here, once, when a note is written (`memsift.supersession`),
-        never at recall time. Ids are never reused, even after a
-        note is deleted by hand. Returns the notes as stored. Raises `NotesFormatError` if
-        the existing Markdown cannot be read (it is left untouched) and `ValueError` for a
-        note that cannot be written as given (see `check_note`), a duplicate id, or a text
-        already noted (skipped instead with `skip_known`).
+        The file is appended to, not rewritten: every existing line stays byte for byte.
+        Secrets in the text are masked first (`memsift.secrets`). Supersession is decided
+        here, once, when a note is written (`memsift.supersession`), never at recall time;
+        each link is a `revision.Supersede` on the older note's header, logged as a revision
+        (backend "add") that `memsift notes undo` reverts. Ids are never reused, even after
+        a note is deleted by hand. Returns the notes as stored.
+
+        Raises `NotesFormatError` if the existing Markdown cannot be read (it is left
+        untouched), `ValueError` for a note that cannot be written as given (see
+        `notefile.check_note`), a duplicate id, or a text already noted (skipped instead
+        with `skip_known`), and `OSError` when the Markdown cannot be written (then nothing
+        was added). What fails after the Markdown is written (the index, the id counter,
+        the revision log) is logged and listed in `warnings` instead.
         """
-        from .revision import Supersede, apply_ops
+        from .revision import Supersede, apply_ops, commit
         from .secrets import mask
         from .supersession import link_superseded
 
-        with self._lock():
-            current = self.read()
-            existing = current.notes
+        self.warnings = []
+        with self.lock():
+            existing = self.read().notes
             ids = {n.id for n in existing}
             texts = {n.text: n.id for n in existing if n.active}
             high_water = self.folder / "last_id"
-            last = int(high_water.read_text().strip() or 0) if high_water.exists() else 0
-            counter = 1 + max([last] + [k for n in existing if (k := _serial(n.id)) is not None])
+            try:
+                last = int(high_water.read_text().strip() or 0)
+            except (FileNotFoundError, ValueError):
+                last = 0
+            counter = 1 + max([last] + [k for n in existing if (k := serial(n.id)) is not None])
             added: list[Note] = []
             for note in new:
                 note = replace(note, text=mask(note.text.strip()).text)
@@ -322,24 +187,41 @@ class NoteStore:
             if not added:
                 return []
             vectors = self._vectors(existing + added)
-            text = self.markdown.read_bytes().decode("utf-8") if self.markdown.exists() else default_preamble(self.title) + "\n"
+            text = self.text()
             newline = "\r\n" if "\r\n" in text else "\n"
             if text and not text.endswith(("\n", "\r")):
                 text += newline
             text += newline + render_markdown("", added).lstrip("\n").replace("\n", newline)
+            atomic_write(self.markdown.resolve(), text)
             notes = existing + added
             if link_supersession:
                 linked = link_superseded(notes, vectors, new_ids={n.id for n in added})
                 ops = [Supersede(n.id, n.superseded_by) for n, old in zip(linked, notes)
                        if n.superseded_by and not old.superseded_by]
-                text, notes = apply_ops(text, ops), linked
-            atomic_write(self.markdown.resolve(), text)
-            numbers = [k for n in added if (k := _serial(n.id)) is not None]
+                if ops:
+                    try:
+                        commit(self, text, text_hash(text), apply_ops(text, ops), action="revise", backend="add", ops=ops)
+                        notes = linked
+                    except OSError as exc:
+                        self._warn(f"the notes were added, but marking {', '.join(op.note for op in ops)} superseded "
+                                   f"failed ({exc}); `memsift notes revise` proposes it again")
+            numbers = [k for n in added if (k := serial(n.id)) is not None]
             if numbers:
-                atomic_write(high_water, f"{max([last] + numbers)}\n")
-            self._write_index(notes, vectors)
+                try:
+                    atomic_write(high_water, f"{max([last] + numbers)}\n")
+                except OSError as exc:
+                    self._warn(f"could not record the last note id in {high_water} ({exc})")
+            try:
+                self._write_index(notes, vectors)
+            except (OSError, sqlite3.Error) as exc:
+                self._warn(f"the notes were added, but the index could not be written ({exc}); it is rebuilt "
+                           f"on a later search or by `memsift notes reindex`")
             by_id = {n.id: n for n in notes}
             return [by_id[n.id] for n in added]
+
+    def _warn(self, message: str) -> None:
+        log.warning("%s: %s", self.folder, message)
+        self.warnings.append(message)
 
     def vectors_by_id(self) -> dict[str, np.ndarray]:
         """Each note's passage embedding (d,) by note id, embedding those not indexed yet."""
@@ -347,32 +229,68 @@ class NoteStore:
         known = self._vectors(notes)
         return {n.id: known[text_hash(n.text)] for n in notes}
 
+    def reindex(self) -> int:
+        """Rebuild the index from the Markdown, embedding every note it lacks (out of the
+        prompt path: capture, the session-start sweep, `memsift notes reindex`). Returns the
+        number of notes embedded. The embedding runs outside the lock; the index is written
+        under it, from the Markdown as it is then.
+
+        Raises `OSError` or `sqlite3.Error` when the index cannot be written.
+        """
+        if not self.markdown.exists():
+            return 0
+        before = self._indexed_vectors({})
+        fresh = self._embed([n for n in self.read(strict=False).notes if text_hash(indexed_text(n)) not in before])
+        with self.lock():
+            current = self.read(strict=False)
+            vectors = {**before, **fresh}
+            late = self._embed([n for n in current.notes if text_hash(indexed_text(n)) not in vectors])
+            self._write_index(current.notes, {**vectors, **late})
+        log.info("reindexed %d notes in %s (%d embedded)", len(current.notes), self.folder, len(fresh) + len(late))
+        return len(fresh) + len(late)
+
     # -- index -------------------------------------------------------------------------
 
+    def _embed(self, notes: list[Note]) -> dict[str, np.ndarray]:
+        texts = list(dict.fromkeys(indexed_text(n) for n in notes))
+        return {text_hash(t): v for t, v in zip(texts, self.encoder.passage(texts))} if texts else {}
+
     def _vectors(self, notes: list[Note]) -> dict[str, np.ndarray]:
-        """Passage vectors by text hash: reused from the index, the rest embedded now."""
-        known = self._indexed_vectors()
-        missing = [n.text for n in notes if text_hash(n.text) not in known]
-        if missing:
-            for text, vec in zip(missing, self.encoder.passage(missing)):
-                known[text_hash(text)] = vec
+        """Passage vectors by text hash (of `indexed_text`, which is the text for every note
+        written through memsift): reused from the index, the rest embedded now."""
+        known = self._indexed_vectors({})
+        known.update(self._embed([n for n in notes if text_hash(indexed_text(n)) not in known]))
+        for n in notes:  # callers look vectors up by the note's own text
+            known.setdefault(text_hash(n.text), known[text_hash(indexed_text(n))])
         return known
 
-    def _indexed_vectors(self) -> dict[str, np.ndarray]:
+    def _indexed_vectors(self, meta: dict[str, str]) -> dict[str, np.ndarray]:
+        """The index's vectors by text hash ({} when it is missing, unreadable or written by
+        another encoder); fills `meta` with its meta table."""
         if not self.index_path.exists():
             return {}
         try:
             with sqlite3.connect(f"file:{self.index_path}?mode=ro", uri=True) as db:
-                encoder = db.execute("SELECT value FROM meta WHERE key = 'encoder'").fetchone()
-                if encoder is None or encoder[0] != self.encoder.name:
+                meta.update(db.execute("SELECT key, value FROM meta").fetchall())
+                if meta.get("encoder") != self.encoder.name:
                     return {}
                 rows = db.execute("SELECT sha, vector FROM notes").fetchall()
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
+            log.warning("notes index %s unreadable (%s)", self.index_path, exc)
             return {}
         return {sha: np.frombuffer(blob, dtype=np.float32) for sha, blob in rows}
 
+    def _markdown_state(self) -> dict[str, str]:
+        """The Markdown's sha1, size and mtime (ns), as the index's meta table records them."""
+        st = os.stat(self.markdown)
+        return {"markdown_sha": hashlib.sha1(self.markdown.read_bytes()).hexdigest(),
+                "markdown_size": str(st.st_size), "markdown_mtime_ns": str(st.st_mtime_ns)}
+
     def _write_index(self, notes: list[Note], vectors: dict[str, np.ndarray]) -> None:
-        md_sha = self._markdown_hash()
+        """Index the notes whose `indexed_text` has a vector in `vectors`; the others are
+        counted in meta `missing` (a later `reindex` embeds them)."""
+        state = self._markdown_state() if self.markdown.exists() else {"markdown_sha": ""}
+        rows = [n for n in notes if text_hash(indexed_text(n)) in vectors]
         fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".sqlite", dir=self.folder)
         os.close(fd)
         try:
@@ -388,16 +306,16 @@ class NoteStore:
                 )
                 db.executemany(
                     "INSERT INTO meta VALUES (?, ?)",
-                    [("markdown_sha", md_sha), ("encoder", self.encoder.name)],
+                    [*state.items(), ("encoder", self.encoder.name), ("missing", str(len(notes) - len(rows)))],
                 )
                 ids = {n.id for n in notes}
                 db.executemany(
                     "INSERT INTO notes (id, date, kind, superseded_by, text, sha, vector) VALUES (?,?,?,?,?,?,?)",
                     [  # a link to a note deleted by hand no longer hides anything
                         (n.id, n.date, n.kind, n.superseded_by if n.superseded_by in ids else None,
-                         n.text, text_hash(n.text),
-                         np.asarray(vectors[text_hash(n.text)], dtype=np.float32).tobytes())
-                        for n in notes
+                         indexed_text(n), text_hash(indexed_text(n)),
+                         np.asarray(vectors[text_hash(indexed_text(n))], dtype=np.float32).tobytes())
+                        for n in rows
                     ],
                 )
                 db.execute("INSERT INTO notes_fts (notes_fts) VALUES ('rebuild')")
@@ -406,39 +324,57 @@ class NoteStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def _markdown_hash(self) -> str:
-        try:
-            return hashlib.sha1(self.markdown.read_bytes()).hexdigest()
-        except FileNotFoundError:
-            return ""
-
     def _fresh_index(self) -> Path | None:
-        """The index path, rebuilt first if the Markdown changed since (for example by hand)."""
+        """The index path, brought up to date with the Markdown when that costs at most
+        `PROMPT_EMBED_MAX` embeddings; otherwise (or when another process holds the lock)
+        the index as it is, with `stale` set. None when there are no notes to search."""
+        self.stale = False
         if not self.markdown.exists():
             return None
-        md_sha = self._markdown_hash()
-        if self.index_path.exists():
-            try:
-                with sqlite3.connect(f"file:{self.index_path}?mode=ro", uri=True) as db:
-                    row = db.execute("SELECT value FROM meta WHERE key = 'markdown_sha'").fetchone()
-                    enc = db.execute("SELECT value FROM meta WHERE key = 'encoder'").fetchone()
-                if row and row[0] == md_sha and enc and enc[0] == self.encoder.name:
+        meta: dict[str, str] = {}
+        known = self._indexed_vectors(meta)
+        st = os.stat(self.markdown)
+        same_encoder = meta.get("encoder") == self.encoder.name
+        if same_encoder and (meta.get("markdown_size"), meta.get("markdown_mtime_ns")) == (str(st.st_size), str(st.st_mtime_ns)):
+            unchanged = True  # the common case: no need to hash the file
+        else:
+            unchanged = same_encoder and meta.get("markdown_sha") == self._markdown_state()["markdown_sha"]
+        if unchanged and meta.get("missing", "0") == "0":
+            return self.index_path
+        from filelock import Timeout
+
+        try:
+            with self.lock(timeout=0.5):
+                current = self.read(strict=False)
+                missing = [n for n in current.notes if text_hash(indexed_text(n)) not in known]
+                if unchanged and missing:
+                    self.stale = True  # already written from this Markdown, as far as it could be
                     return self.index_path
-            except sqlite3.Error as exc:
-                log.warning("notes index %s unreadable (%s): rebuilding", self.index_path, exc)
-        with self._lock():
-            current = self.read(strict=False)
-            for problem in current.problems:
-                log.warning("%s", problem)
-            log.info("notes changed outside memsift: reindexing %d notes in %s", len(current.notes), self.folder)
-            self._write_index(current.notes, self._vectors(current.notes))
-        return self.index_path
+                for problem in current.problems:
+                    log.warning("%s", problem)
+                if len(missing) <= PROMPT_EMBED_MAX:
+                    known.update(self._embed(missing))
+                    missing = []
+                else:
+                    self.stale = True
+                    log.warning("notes index of %s lacks %d notes: answering from the %d indexed; "
+                                "`memsift notes reindex` (or the next capture) rebuilds it",
+                                self.folder, len(missing), len(current.notes) - len(missing))
+                self._write_index(current.notes, known)
+        except Timeout:
+            log.info("notes of %s are being written by another process: searching the index as it is", self.folder)
+            self.stale = True
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("could not update the notes index of %s (%s): searching it as it is", self.folder, exc)
+            self.stale = True
+        return self.index_path if self.index_path.exists() else None
 
     def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset()) -> NoteHits:
         """Active notes not in `exclude`, ranked by `backends.sqlite.hybrid_search`.
 
-        The background is the median cosine over those notes. Raises `NotesFormatError` if
-        the Markdown cannot be read.
+        The background is the median cosine over those notes. Sets `stale` when the index
+        lags the Markdown (see `_fresh_index`). Raises `NotesFormatError` if the Markdown
+        cannot be read.
         """
         from .backends.sqlite import hybrid_search
 
@@ -446,13 +382,18 @@ class NoteStore:
         empty = NoteHits([], [], np.zeros((0, len(query_vector)), np.float32), 0.0, 0)
         if path is None:
             return empty
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-            rows = db.execute(
-                "SELECT rowid, id, date, kind, text, vector FROM notes WHERE superseded_by IS NULL"
-            ).fetchall()
-            rows = [r for r in rows if r[1] not in exclude]
-            if not rows:
-                return empty
-            order, cos, matrix, background = hybrid_search(db, rows, "notes_fts", query_vector, query_text, k)
+        try:
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+                rows = db.execute(
+                    "SELECT rowid, id, date, kind, text, vector FROM notes WHERE superseded_by IS NULL"
+                ).fetchall()
+                rows = [r for r in rows if r[1] not in exclude]
+                if not rows:
+                    return empty
+                order, cos, matrix, background = hybrid_search(db, rows, "notes_fts", query_vector, query_text, k)
+        except sqlite3.Error as exc:
+            log.warning("notes index %s unreadable (%s): no notes searched", path, exc)
+            self.stale = True
+            return empty
         notes = [Note(id=rows[i][1], date=rows[i][2], kind=rows[i][3], text=rows[i][4]) for i in order]
         return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background, len(rows))

@@ -36,14 +36,20 @@ LLM_TIMEOUT_S = 120.0
 
 PROMPT = """You tidy a project's memory file: short notes kept from earlier coding sessions.
 Each note is a header line `## <id> · <date> · <kind>[ · session <id>][ · superseded by <id>]`
-followed by its text. Below is the file, each line prefixed with its number and `|`.
+followed by its text. A note without `session` was written by the user. Below is the file,
+each line prefixed with its number and `|`.
 
 Propose edits ONLY as a JSON array of operations, nothing else:
-- {{"op": "supersede", "note": "N03", "by": "N07"}}: N07 (newer) replaces what N03 says;
-- {{"op": "delete", "line": 12, "old": "<exact current text of line 12>"}}: to remove a note
-  that repeats another, delete its header line and every line of its text;
+- {{"op": "supersede", "note": "N03", "by": "N07"}}: N07 (newer) replaces what N03 says, for
+  example the same fact with a value changed; N03 stays in the file, marked;
+- {{"op": "delete", "line": 12, "old": "<exact current text of line 12>"}}: only to remove a
+  note with a `session` that repeats another note word for word: delete its header line and
+  every line of its text;
 - {{"op": "replace", "line": 12, "old": "<exact current text>", "new": "<new text, one line>"}}:
-  to tighten a wordy line without losing a fact, a reason, a number or a name.
+  to tighten a wordy line of a note with a `session` without losing a fact, a reason, a
+  number or a name.
+Never delete or rewrite a note without `session`, nor the text above the first note: such
+edits are refused. Two notes that differ in a value are not duplicates: supersede the older.
 Never touch a note that is still true and not repeated. Most files need nothing: then answer [].
 
 {numbered}"""

@@ -5,9 +5,18 @@ proposes edits as operations on lines of the file; `apply_ops` validates every o
 applies any, and `revise` writes the result under the store's lock. A line that no operation
 names stays byte for byte, with its line ending, and so does a missing final newline.
 
+Whoever proposes, `revise` never lets an automatic step delete or rewrite what the user
+wrote (`protect`): a note added by hand (no `session` in its header) and the text above the
+first note are never deleted or rewritten, and a captured note is deleted only when it
+repeats, word for word, a note that stays. A note that changes a value supersedes the older
+one (a link in its header), it never deletes it.
+
 Each revision is one JSON line of `<folder>/revisions.jsonl`. The text before it is first
 saved as `<folder>/revisions/<sha1>.md`, then the notes file is replaced. `undo` restores
-those bytes exactly, and only if the file has not changed since, so it never loses an edit.
+those bytes exactly when the file has not changed since; when it has (a note added, a line
+edited by hand, a later revision), it applies the revision's inverse to the file as it is
+now (links removed, lines put back, deleted notes re-inserted where they stood) and refuses,
+changing nothing, only where a line the revision wrote was changed since.
 
 Lines are numbered from 1 as `parse_markdown` counts them (`str.splitlines`), after any BOM.
 """
@@ -22,37 +31,31 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import ClassVar
+from pathlib import Path
+from typing import ClassVar, ContextManager, Protocol
 
 import numpy as np
 
-from .classifiers.features import content_tokens
-from .notes import Note, NotesFile, NotesFormatError, NoteStore, atomic_write, parse_markdown, text_hash
-from .supersession import link_superseded, says_change
+from .notefile import Note, NotesFile, NotesFormatError, atomic_write, decode, keep_serials, parse_markdown, text_hash
+from .supersession import link_superseded
 
 log = logging.getLogger("memsift")
 
-#: Token-set Jaccard (on `content_tokens`: case folded, stemmed, stop words dropped) at which
-#: two notes of one kind are one note. 0.9 allows one content word in ten to differ: a typo
-#: or a reworded aside, not a new fact. Short notes must match exactly.
-NEAR_JACCARD = 0.9
-#: Cosine at which two notes of one kind are one note. On e5-small-q4, paraphrases of one
-#: sentence scored 0.95-0.999, different facts on one subject up to 0.966 ("Postgres 15" /
-#: "Postgres 16"): deleting a note costs more than keeping a duplicate, so we stay above.
-NEAR_COSINE = 0.97
-# Both measures miss what a near duplicate must also share (`_same_note`): its numbers, its
-# negations (content_tokens drops "not"), a change cue, and the order of its words ("Mollie
-# chosen over Stripe" and the reverse scored a cosine of 0.994 on e5).
-_NEGATION = re.compile(
-    r"\b(?:not|no|never|none|nothing|without|cannot|\w+n't|ne|pas|jamais|aucun\w*|sans|nicht"
-    r"|kein\w*|nie|niemals|ohne|nunca|nada|ningun\w*|sin)\b|不|没|別|别|非|无",
-    re.IGNORECASE,
-)
 _FENCE = re.compile(r"```(?:json)?[ \t]*\r?\n(.*?)```", re.DOTALL)
 
 
 class RevisionError(ValueError):
     """A revision or undo was refused; the notes file is unchanged and the message says why."""
+
+
+class Store(Protocol):
+    """What revision needs of a notes store (`notes.NoteStore` is one): its folder, its
+    Markdown file and its write lock."""
+
+    folder: Path
+    markdown: Path
+
+    def lock(self) -> ContextManager[object]: ...
 
 
 class _Op:
@@ -270,25 +273,63 @@ def _check_op(op: Op, f: _File, notes: dict[str, Note]) -> tuple[int, str | None
     return i, op.new
 
 
-def snapshot(store: NoteStore) -> tuple[str, str]:
-    """The notes file's text as stored (BOM and line endings kept) and the sha1 of its bytes.
+def snapshot(store: Store) -> tuple[str, str]:
+    """The notes file's text as stored (BOM and line endings kept; bytes that are not UTF-8
+    as surrogate escapes, `notefile.decode`) and the sha1 of its bytes.
 
     Propose ops from this text and pass the sha to `revise` as `expected_sha`.
 
-    :raises RevisionError: there is no notes file, or it is not UTF-8.
+    :raises RevisionError: there is no notes file.
     """
     try:
         raw = store.markdown.read_bytes()
     except FileNotFoundError:
         raise RevisionError(f"{store.markdown} does not exist") from None
-    try:
-        return raw.decode("utf-8"), hashlib.sha1(raw).hexdigest()
-    except UnicodeDecodeError as exc:
-        raise RevisionError(f"{store.markdown} is not UTF-8 ({exc})") from None
+    return decode(raw, str(store.markdown))[0], hashlib.sha1(raw).hexdigest()
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
+    """Refuse ops that would delete or rewrite what the user wrote (see the module docstring).
+
+    Allowed: `supersede` on any note; a `replace` of a header line (its links); deleting a
+    blank line; deleting or rewriting a line of a captured note (a `session` in its header),
+    except that deleting a captured note's header (the note itself) needs its text to repeat,
+    up to case and spacing, a note the ops leave in place.
+
+    :raises RevisionError: naming the op and what it would have changed.
+    """
+    checked = [_as_op(op, k) for k, op in enumerate(ops, 1)]
+    f = _File.read(text)
+    owner = {i: n for n in f.parsed.notes for i in f.spans[n.id]}
+    gone = {n.id for n in f.parsed.notes
+            if any(isinstance(op, Delete) and op.line - 1 == f.spans[n.id].start for op in checked)}
+    staying = {_norm(n.text) for n in f.parsed.notes if n.id not in gone}
+    for k, op in enumerate(checked, 1):
+        if isinstance(op, Supersede) or not 1 <= op.line <= len(f.content):
+            continue  # apply_ops checks the rest
+        i = op.line - 1
+        n = owner.get(i)
+        if isinstance(op, Delete) and not f.content[i].strip() or isinstance(op, Replace) and op.new == op.old:
+            continue
+        if n is None:
+            raise RevisionError(f"op {k} {op}: line {op.line} is above the first note, text of the user's "
+                                f"that no reviser changes")
+        if isinstance(op, Replace) and i == f.spans[n.id].start:
+            continue
+        if n.session is None:
+            raise RevisionError(f"op {k} {op}: {n.id} was written by hand, and no reviser deletes or rewrites "
+                                f"a note written by hand (`memsift notes edit` does what you choose)")
+        if isinstance(op, Delete) and i == f.spans[n.id].start and _norm(n.text) not in staying:
+            raise RevisionError(f"op {k} {op}: {n.id} repeats no note that stays; a note that differs from "
+                                f"another (a value changed) is kept, and the newer one supersedes the older")
 
 
 def revise(
-    store: NoteStore, ops: Iterable[Op | Mapping[str, object]], *, backend: str, expected_sha: str | None = None
+    store: Store, ops: Iterable[Op | Mapping[str, object]], *, backend: str, expected_sha: str | None = None
 ) -> Revision | None:
     """Apply `ops` to the store's notes file under its lock, and log the revision.
 
@@ -297,7 +338,8 @@ def revise(
     ops change nothing.
 
     :raises RevisionError: the file's sha1 is not `expected_sha` (it changed since the ops were
-        proposed), or the ops are invalid (see `apply_ops`); the file is then unchanged.
+        proposed), the ops are invalid (see `apply_ops`), or they would delete or rewrite
+        what the user wrote (see `protect`); the file is then unchanged.
     """
     checked = [_as_op(op, k) for k, op in enumerate(ops, 1)]
     if not checked:
@@ -308,16 +350,22 @@ def revise(
             raise RevisionError(f"{store.markdown} changed since these ops were proposed (sha1 {sha[:12]}, "
                                 f"expected {expected_sha[:12]}); propose them again from the current file")
         after = apply_ops(text, checked)
+        protect(text, checked)
         if after == text:
             return None
-        return _commit(store, text, sha, after, action="revise", backend=backend, ops=checked)
+        return commit(store, text, sha, after, action="revise", backend=backend, ops=checked)
 
 
-def undo(store: NoteStore) -> Revision:
-    """Restore the notes file as it was before the last revision not yet undone; log the undo.
+def undo(store: Store, revision: str | None = None) -> Revision:
+    """Undo a revision not yet undone (`revision`, e.g. "R0007"; default: the last one); log the undo.
 
-    :raises RevisionError: there is nothing to undo, or the file changed since that revision
-        (by hand or by another revision); the file is then unchanged.
+    When the file is as that revision left it, its bytes from before are restored exactly.
+    Otherwise the revision's inverse is applied to the file as it is (`_inverse`), so that
+    what changed since (a note added by a capture, a line edited by hand) is kept.
+
+    :raises RevisionError: there is nothing to undo, no such revision, or a line the
+        revision wrote has changed since (the message names it and where the text from
+        before is saved); the file is then unchanged.
     """
     with store.lock():
         entries = history(store)
@@ -325,29 +373,120 @@ def undo(store: NoteStore) -> Revision:
         pending = [e for e in entries if e.action == "revise" and e.id not in undone]
         if not pending:
             raise RevisionError(f"there is no revision to undo in {store.folder / 'revisions.jsonl'}")
-        last, saved = pending[-1], store.folder / pending[-1].saved
+        if revision is None:
+            target = pending[-1]
+        elif (target := next((e for e in pending if e.id == revision), None)) is None:
+            done = revision in undone
+            raise RevisionError(f"revision {revision} is {'already undone' if done else 'not in the log'}; "
+                                f"`memsift notes history` lists them")
+        saved = store.folder / target.saved
+        try:
+            raw = saved.read_bytes()
+        except FileNotFoundError:
+            raise RevisionError(f"{saved}, the text from before {target.id}, is missing; nothing was done") from None
+        if hashlib.sha1(raw).hexdigest() != target.sha_before:
+            raise RevisionError(f"{saved} is not the text from before {target.id} (it was edited); nothing was done")
+        before = decode(raw)[0]
         try:
             text, sha = snapshot(store)
         except RevisionError:
             text, sha = "", ""
-        if sha != last.sha_after:
-            raise RevisionError(
-                f"{store.markdown} changed since revision {last.id} of {last.time} (by hand or by another "
-                f"revision), and undoing it would lose that change, so nothing was done. The text from before "
-                f"{last.id} is in {saved}: compare it with the notes file and copy back what you want.")
-        raw = saved.read_bytes()
-        if hashlib.sha1(raw).hexdigest() != last.sha_before:
-            raise RevisionError(f"{saved} is not the text from before {last.id} (it was edited); nothing was done")
-        return _commit(store, text, sha, raw.decode("utf-8"), action="undo", backend=last.backend, undoes=last.id)
+        if sha == target.sha_after and target is pending[-1]:
+            return commit(store, text, sha, before, action="undo", backend=target.backend, undoes=target.id)
+        if not text:
+            raise RevisionError(f"{store.markdown} is gone; the text from before {target.id} is in {saved}")
+        try:
+            after, ops = _inverse(text, before, target)
+        except RevisionError as exc:
+            raise RevisionError(f"cannot undo {target.id} of {target.time}: {exc}; nothing was done. The text from "
+                                f"before {target.id} is in {saved}: compare it with the notes file and copy back "
+                                f"what you want") from None
+        return commit(store, text, sha, after, action="undo", backend=target.backend, ops=ops, undoes=target.id)
 
 
-def history(store: NoteStore) -> list[Revision]:
+_LINK = re.compile(r" +· +superseded by +\S+ *$")
+
+
+def _inverse(text: str, before: str, rev: Revision) -> tuple[str, list[Op]]:
+    """`text` with revision `rev` (made on `before`) taken back, and the line ops that did it.
+
+    A `supersede` loses its link; a `replace` puts the old line back where the new one still
+    stands in the same note; a run of deleted lines goes back after the line that preceded it
+    in `before`, or at the end of the file when that line is gone.
+
+    :raises RevisionError: a line the revision wrote was changed since.
+    """
+    now, was = _File.read(text), _File.read(before)
+    ops = [_as_op(op, k) for k, op in enumerate(rev.ops, 1)]
+    owner_was = {i: nid for nid, span in was.spans.items() for i in span}
+    inverse: list[Op] = []
+    for op in ops:
+        if isinstance(op, Supersede):
+            note = next((n for n in now.parsed.notes if n.id == op.note), None)
+            if note is None:
+                continue  # deleted since: nothing left to unlink
+            if note.superseded_by != op.by:
+                raise RevisionError(f"{op.note} is no longer superseded by {op.by}")
+            h = now.spans[op.note].start
+            inverse.append(Replace(h + 1, now.content[h], _LINK.sub("", now.content[h])))
+        elif isinstance(op, Replace):
+            nid = owner_was.get(op.line - 1)
+            span = now.spans.get(nid, range(0)) if nid else range(len(now.content))
+            hits = [i for i in span if now.content[i] == op.new]
+            if len(hits) != 1:
+                raise RevisionError(f"line {op.line} of the revision, {op.new!r}, was changed since")
+            inverse.append(Replace(hits[0] + 1, op.new, op.old))
+    out = apply_ops(text, inverse)
+    deleted = sorted(op.line - 1 for op in ops if isinstance(op, Delete))
+    runs: list[list[int]] = []
+    for i in deleted:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    if runs:
+        cur = _File.read(out)
+        lines = list(cur.lines)
+        newline = "\r\n" if "\r\n" in out else "\n"
+        if lines and not lines[-1].endswith(("\n", "\r")):
+            lines[-1] += newline
+        inserts: dict[int, list[str]] = {}
+        for run in runs:
+            anchor = run[0] - 1
+            nid = owner_was.get(anchor)
+            at = len(lines)
+            if nid in cur.spans:  # after the line it followed, or at the end of that line's note
+                same = [i for i in cur.spans[nid] if cur.content[i] == was.content[anchor]]
+                at = same[0] + 1 if same else cur.spans[nid].stop
+            elif anchor >= 0 and nid is None and anchor < len(cur.content) and cur.content[anchor] == was.content[anchor]:
+                at = anchor + 1  # in the preamble, which no revision changes
+            block = [was.content[i] + newline for i in run]
+            if at == len(lines) and lines and lines[-1].strip():
+                block = [newline] + block
+            inserts.setdefault(at, []).extend(block)
+        rebuilt = []
+        for i in range(len(lines) + 1):
+            rebuilt += inserts.get(i, [])
+            if i < len(lines):
+                rebuilt.append(lines[i])
+        out = cur.bom + "".join(rebuilt)
+        try:
+            restored = parse_markdown(out, strict=True)
+        except NotesFormatError as exc:
+            raise RevisionError(f"the deleted lines cannot go back ({exc})") from None
+        ids = [n.id for n in restored.notes]
+        if len(ids) != len(set(ids)):
+            raise RevisionError("a deleted note's id is used again by another note")
+    return out, inverse
+
+
+def history(store: Store) -> list[Revision]:
     """The audit log, oldest first; a line that cannot be read is skipped with a warning."""
     path = store.folder / "revisions.jsonl"
     if not path.exists():
         return []
     out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         try:
             out.append(Revision(**json.loads(line)))
         except (ValueError, TypeError) as exc:
@@ -355,30 +494,40 @@ def history(store: NoteStore) -> list[Revision]:
     return out
 
 
-def _commit(
-    store: NoteStore, before: str, sha: str, after: str, *, action: str, backend: str,
+def commit(
+    store: Store, before: str, sha: str, after: str, *, action: str, backend: str,
     ops: Sequence[Op] = (), undoes: str | None = None,
 ) -> Revision:
-    """Save `before`, replace the notes file by `after`, log it; put `before` back if logging fails."""
+    """Save `before` (whose bytes have sha1 `sha`), replace the notes file by `after`, log it.
+
+    Call it under the store's lock. If the log cannot be written, `before` is put back (a
+    change that is not logged could not be undone) and the error raised.
+
+    :raises OSError: the saved copy, the notes file or the log could not be written.
+    """
     saved = f"revisions/{sha}.md"
     if not (store.folder / saved).exists():
         atomic_write(store.folder / saved, before)
+    keep_serials(store.folder, [before])  # a note this deletes keeps its id
     numbers = [int(e.id[1:]) for e in history(store) if re.fullmatch(r"R\d+", e.id)]
     rev = Revision(f"R{max(numbers, default=0) + 1:04d}", dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                    action, backend, [op.as_dict() for op in ops], sha, text_hash(after), saved, undoes)
     target = store.markdown.resolve()  # through a symlink, as `NoteStore.add` writes
     atomic_write(target, after)
     try:
+        line = json.dumps(asdict(rev), ensure_ascii=False)
+        if any("\udc80" <= c <= "\udcff" for c in line):  # a byte that was not UTF-8: keep it as an escape
+            line = json.dumps(asdict(rev))
         with open(store.folder / "revisions.jsonl", "a+b") as fh:  # appends, whatever the position
             lead = b""
             if fh.seek(0, os.SEEK_END):
                 fh.seek(-1, os.SEEK_END)
                 lead = b"" if fh.read(1) == b"\n" else b"\n"  # the end of a line torn by a crash
-            fh.write(lead + json.dumps(asdict(rev), ensure_ascii=False).encode() + b"\n")
+            fh.write(lead + line.encode() + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
     except BaseException:
-        atomic_write(target, before)  # a change that is not logged could not be undone
+        atomic_write(target, before)
         raise
     return rev
 
@@ -386,12 +535,13 @@ def _commit(
 def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[Op]:
     """The embedded reviser: ops that tidy the notes file `text` (as from `snapshot`).
 
-    Among active notes, oldest first (by date, then place in the file), a note is deleted
-    with its whole section when it repeats a note kept before it: the same text up to case
-    and spacing, or the same kind, facts (`_same_note`) and a Jaccard >= `NEAR_JACCARD` or a
-    cosine >= `NEAR_COSINE`. Links to a deleted note move to its twin. With `vectors` (note id
-    -> embedding), `supersession.link_superseded` runs over the remaining active notes and
-    each link becomes a `Supersede`. Running it again on the result proposes no deletions.
+    It deletes only repeats: a captured note whose text is, up to case and spacing, that of
+    an active note kept before it (oldest first, by date then place in the file; a note
+    written by hand is kept over a captured repeat, and is never deleted). Links to a deleted
+    note move to its twin. With `vectors` (note id -> embedding),
+    `supersession.link_superseded` runs over the remaining active notes and each link
+    becomes a `Supersede`: a newer note that says something changed, or repeats an older
+    one with a value changed, supersedes it. Running it again on the result proposes nothing.
 
     :raises RevisionError: `text` does not parse.
     """
@@ -403,13 +553,22 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
         if v.any():
             unit[n.id] = v / np.linalg.norm(v)
     twin: dict[str, str] = {}
-    kept: list[Note] = []
+    first: dict[str, Note] = {}
     for n in active:
-        same = next((k for k in kept if _same_note(k, n, unit)), None)
-        if same:
-            twin[n.id] = same.id
-        else:
-            kept.append(n)
+        kept = first.setdefault(_norm(n.text), n)
+        if kept is n:
+            continue
+        if n.session is not None:
+            twin[n.id] = kept.id
+        elif kept.session is not None:  # the user's own repeat stays; the captured one goes
+            twin[kept.id] = n.id
+            first[_norm(n.text)] = n
+
+    def final(nid: str) -> str:
+        while nid in twin:
+            nid = twin[nid]
+        return nid
+
     doomed = {i for nid in twin for i in f.spans[nid]}
     i = len(f.lines) - 1
     while i in doomed:
@@ -422,29 +581,10 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
     for n in f.parsed.notes:
         if n.superseded_by in twin:
             h = f.spans[n.id].start  # only the link changes: other header fields stay as they are
-            head = re.sub(r"superseded by +\S+ *$", f"superseded by {twin[n.superseded_by]}", f.content[h])
+            head = re.sub(r"superseded by +\S+ *$", f"superseded by {final(n.superseded_by)}", f.content[h])
             ops.append(Replace(h + 1, f.content[h], head))
-    rest = [n for n in kept if n.id in unit]
+    rest = [n for n in active if n.id not in twin and n.id in unit]
     if len(rest) >= 2:
         linked = link_superseded(rest, {text_hash(n.text): unit[n.id] for n in rest}, new_ids={n.id for n in rest})
         ops += [Supersede(n.id, n.superseded_by) for n in linked if n.superseded_by]
     return ops
-
-
-def _same_note(a: Note, b: Note, unit: Mapping[str, np.ndarray]) -> bool:
-    """Whether `b` repeats `a`: the same text, or a near duplicate that also keeps its numbers,
-    negations, change cue and the order of its shared words."""
-    x, y = (" ".join(n.text.split()).casefold() for n in (a, b))
-    if x == y:
-        return True
-    if a.kind != b.kind or says_change(x) != says_change(y) or re.findall(r"\d+", x) != re.findall(r"\d+", y):
-        return False
-    order_x, order_y = ([t for w in s.split() for t in sorted(content_tokens(w))] for s in (x, y))
-    shared = set(order_x) & set(order_y)
-    same_order = [t for t in dict.fromkeys(order_x) if t in shared] == [t for t in dict.fromkeys(order_y) if t in shared]
-    if not same_order or _NEGATION.findall(x) != _NEGATION.findall(y):
-        return False
-    if a.id in unit and b.id in unit and float(unit[a.id] @ unit[b.id]) >= NEAR_COSINE:
-        return True
-    tx, ty = content_tokens(a.text), content_tokens(b.text)
-    return bool(tx) and len(tx & ty) / len(tx | ty) >= NEAR_JACCARD

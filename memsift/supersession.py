@@ -9,7 +9,10 @@ false swaps). So a link needs three things at once:
 2. their cosine is at least `MIN_COSINE` and they share at least `MIN_SHARED` content
    words (the same subject named, not just the same register);
 3. the new note says that something changed: it contains a change cue ("moved from",
-   "instead of", "no longer", "remplace", "nicht mehr", "ya no", "改为", ...).
+   "instead of", "no longer", "remplace", "nicht mehr", "ya no", "改为", ...), or it repeats
+   the older note with a value changed (`changed_value`: "Staging runs in eu-west-1." then
+   "Staging runs in us-east-1."): two notes that differ in a value are never duplicates;
+   the newer one is the correction.
 
 The result is data: the older note's status becomes "superseded by <id>" in the Markdown,
 where the user can see and undo it, and recall never pastes a superseded note.
@@ -19,12 +22,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from difflib import SequenceMatcher
 from typing import Mapping
 
 import numpy as np
 
-from .classifiers.features import content_tokens
-from .notes import Note, text_hash
+from .classifiers.features import CJK_CHARS, content_tokens
+from .notefile import Note, text_hash
 
 MIN_COSINE = 0.88
 MIN_SHARED = 2
@@ -57,13 +61,48 @@ def says_change(text: str) -> bool:
     return bool(_CUE.search(text))
 
 
+_TOKEN = re.compile(rf"[{CJK_CHARS}]|[^\W\d_]+|\d+", re.UNICODE)
+_CJK = re.compile(f"[{CJK_CHARS}]")
+#: `changed_value`: at most this many words changed. Three cover a value with its unit or a
+#: compound name ("eu-west-1" is three tokens, "2,500 calls" two).
+VALUE_WORDS = 3
+
+
+def tokens(text: str) -> list[str]:
+    """`text` as a list of case-folded words, numbers and single CJK characters."""
+    return _TOKEN.findall(text.casefold())
+
+
+def _words(toks: list[str]) -> int:
+    """How many words `toks` make, a CJK character counting as half of one (Chinese words
+    average about 1.5 characters; two is a round upper figure)."""
+    cjk = sum(1 for t in toks if _CJK.fullmatch(t))
+    return len(toks) - cjk + (cjk + 1) // 2
+
+
+def changed_value(old: str, new: str) -> bool:
+    """True when `new` repeats `old` with a few words changed, added or dropped: at most
+    `VALUE_WORDS` words on either side of a word-level diff (`difflib.SequenceMatcher`),
+    and no more than the words they share. Identical word sequences are a repeat, not a
+    change: False.
+    """
+    a, b = tokens(old), tokens(new)
+    if not a or not b or a == b:
+        return False
+    ops = SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    changed = sum(max(_words(a[i1:i2]), _words(b[j1:j2])) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+    shared = sum(_words(a[i1:i2]) for tag, i1, i2, _, _ in ops if tag == "equal")
+    return changed <= VALUE_WORDS and changed <= shared
+
+
 def link_superseded(
     notes: list[Note], vectors: Mapping[str, np.ndarray], new_ids: set[str]
 ) -> list[Note]:
     """Return `notes` with `superseded_by` set on the older notes that a note in `new_ids` replaces.
 
     `vectors` maps each note's text hash (`notes.text_hash`) to its passage embedding. Notes
-    already superseded are left as they are and are not candidates.
+    already superseded are left as they are and are not candidates. Nothing is deleted:
+    a link only marks the older note, which stays in the file with its history.
     """
     active = [n for n in notes if n.active]
     if len(active) < 2:
@@ -75,13 +114,13 @@ def link_superseded(
     links: dict[str, str] = {}
     when = [(n.date, i) for i, n in enumerate(active)]  # ties in date go by position in the file
     for new in sorted((n for n in active if n.id in new_ids), key=lambda n: when[order[n.id]]):
-        if not says_change(new.text):
-            continue
         i = order[new.id]
         older = [j for j in range(len(active)) if when[j] < when[i] and active[j].id not in links]
         if not older:
             continue
         j = max(older, key=lambda j: sims[i, j])
+        if not (says_change(new.text) or changed_value(active[j].text, new.text)):
+            continue
         newer_than_j = [m for m in range(len(active)) if when[m] > when[j]]
         shared = len(content_tokens(new.text) & content_tokens(active[j].text))
         if sims[i, j] >= MIN_COSINE and shared >= MIN_SHARED and max(newer_than_j, key=lambda m: sims[j, m]) == i:

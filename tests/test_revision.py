@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memsift.classifiers.encoders import HashingEncoder
-from memsift.notes import NoteStore, parse_markdown
+from memsift.notes import Note, NoteStore, parse_markdown
 from memsift.revision import (
     Delete, Replace, RevisionError, Supersede, apply_ops, history, parse_ops, propose, revise, snapshot, undo,
 )
@@ -22,10 +22,10 @@ SHOP = """\
 ## N001 · 2026-01-01 · decision
 Payments go through Stripe.
 
-## N002 · 2026-02-01 · constraint
+## N002 · 2026-02-01 · constraint · session s1
 The geocoding API allows 2,500 calls per day.
 
-## N003 · 2026-03-01 · decision
+## N003 · 2026-03-01 · decision · session s1
 We deploy with Helm charts on the k3s cluster.
 Staging first, then production.
 """
@@ -38,7 +38,8 @@ def line(n: int) -> str:
 
 @pytest.fixture
 def store(tmp_path, encoder):
-    """A store whose notes.md is `SHOP`, written byte for byte."""
+    """A store whose notes.md is `SHOP`, written byte for byte: N001 written by hand, N002 and
+    N003 captured (only captured notes may be rewritten by a reviser)."""
     s = NoteStore(tmp_path / "shop", "shop", encoder=encoder)
     s.folder.mkdir()
     s.markdown.write_bytes(SHOP.encode())
@@ -69,7 +70,7 @@ def test_ops_touch_only_the_lines_they_name(store, op, expected):
 
 
 def test_revised_file_is_reindexed(store, encoder):
-    revise(store, [Delete(n, line(n)) for n in (8, 9, 10)], backend="test")
+    revise(store, [Supersede("N002", "N003")], backend="test")
     query = "how many geocoding calls per day?"
     hits = store.search(encoder.query([query])[0], query, k=3)
     assert [n.id for n in hits.notes] and "N002" not in [n.id for n in hits.notes]
@@ -86,8 +87,8 @@ def test_crlf_and_missing_final_newline_are_kept(store):
 
 def test_a_bom_is_kept(store):
     write(store, "\ufeff" + SHOP)
-    revise(store, [Replace(1, "# memsift notes: shop", "# memsift notes: the shop")], backend="test")
-    assert store.markdown.read_bytes().startswith("\ufeff# memsift notes: the shop\n".encode())
+    revise(store, [Replace(9, line(9), "The geocoding API allows 5,000 calls per day.")], backend="test")
+    assert store.markdown.read_bytes() == ("\ufeff" + SHOP.replace(line(9), "The geocoding API allows 5,000 calls per day.")).encode()
 
 
 @pytest.mark.parametrize(
@@ -102,8 +103,8 @@ def test_a_bom_is_kept(store):
         ([Delete(8, line(8))], r"deletes the header of N002 but not its line 9"),
         ([Delete(8, line(8)), Delete(9, line(9)), Replace(10, "", "stray text")], r"but not its line 10"),
         ([Replace(8, line(8), "## N002 2026-02-01 constraint")], r"not a note header"),
-        ([Replace(8, line(8), "## N002 · 2026-02-01 · idea")], r"kind 'idea'"),
-        ([Replace(8, line(8), "## N009 · 2026-02-01 · constraint")], r"rename note N002 to N009"),
+        ([Replace(8, line(8), "## N002 · 2026-02-01 · idea · session s1")], r"kind 'idea'"),
+        ([Replace(8, line(8), "## N009 · 2026-02-01 · constraint · session s1")], r"rename note N002 to N009"),
         ([Replace(8, line(8), "N002: geocoding")], r"turn the header of N002 into text"),
         ([Replace(9, line(9), "## N004 · 2026-02-01 · context")], r"cannot add notes"),
         ([Replace(9, line(9), "## N001 · 2026-02-01 · context")], r"cannot add notes"),
@@ -201,14 +202,44 @@ def test_undo_restores_bytes_and_walks_back(store):
         ("R0001", "revise", None), ("R0002", "revise", None), ("R0003", "undo", "R0002"), ("R0004", "undo", "R0001")]
 
 
-def test_undo_after_a_hand_edit_is_refused(store):
+def test_undo_after_a_hand_edit_keeps_the_edit(store):
+    revise(store, [Supersede("N001", "N003")], backend="test")
     revise(store, [Delete(13, line(13))], backend="test")
     edited = store.markdown.read_bytes() + b"A line typed by hand.\n"
     store.markdown.write_bytes(edited)
-    with pytest.raises(RevisionError, match=r"changed since revision R0001 .*by hand.*revisions/[0-9a-f]{40}\.md"):
+    assert undo(store).undoes == "R0002"  # the deleted line goes back where it stood
+    assert undo(store, "R0001").undoes == "R0001"  # the link goes, the rest stays
+    assert store.markdown.read_bytes() == (SHOP + "A line typed by hand.\n").encode()
+
+
+def test_undo_of_an_older_revision_keeps_the_later_ones(store):
+    revise(store, [Supersede("N001", "N003")], backend="test")
+    revise(store, [Replace(9, line(9), "The geocoding API allows 5,000 calls per day.")], backend="test")
+    undo(store, "R0001")
+    assert store.markdown.read_bytes() == SHOP.replace(line(9), "The geocoding API allows 5,000 calls per day.").encode()
+    with pytest.raises(RevisionError, match="R0001 is already undone"):
+        undo(store, "R0001")
+
+
+def test_undo_refuses_when_the_revised_line_was_edited_since(store):
+    revise(store, [Replace(9, line(9), "The geocoding API allows 5,000 calls per day.")], backend="test")
+    edited = store.markdown.read_bytes().replace(b"5,000", b"6,000")
+    store.markdown.write_bytes(edited)
+    with pytest.raises(RevisionError, match=r"cannot undo R0001 .*changed since.*revisions/[0-9a-f]{40}\.md"):
         undo(store)
     assert store.markdown.read_bytes() == edited
     assert len(history(store)) == 1
+
+
+def test_undo_puts_a_deleted_note_back_after_a_later_capture(store):
+    text, _ = snapshot(store)
+    write(store, text + "\n## N004 · 2026-03-02 · decision · session s2\nWe deploy with Helm charts on the k3s cluster.\n"
+                        "Staging first, then production.\n")
+    revise(store, propose(snapshot(store)[0]), backend="embedded")  # N004 repeats N003: it goes
+    assert [n.id for n in parse_markdown(snapshot(store)[0]).notes] == ["N001", "N002", "N003"]
+    store.add([Note("", "2026-04-01", "context", "The shop's CDN is Bunny.")])
+    undo(store, "R0001")
+    assert [n.id for n in parse_markdown(snapshot(store)[0]).notes] == ["N001", "N002", "N003", "N004", "N005"]
 
 
 def test_a_torn_log_line_is_skipped(store, caplog):
@@ -236,46 +267,68 @@ def test_expected_sha_mismatch_is_refused(store):
     assert store.markdown.read_bytes() == after
 
 
-def notes_file(*notes: tuple[str, str, str, str]) -> str:
+def notes_file(*notes: tuple) -> str:
+    """A notes file of `(id, date, kind, text[, session])` tuples."""
     out = ["# memsift notes: p", ""]
-    for nid, date, kind, text in notes:
-        out += [f"## {nid} · {date} · {kind}", text, ""]
+    for nid, date, kind, text, *session in notes:
+        out += [f"## {nid} · {date} · {kind}" + "".join(f" · session {x}" for x in session), text, ""]
     return "\n".join(out[:-1]) + "\n"
 
 
-def test_reviser_removes_duplicates_and_keeps_the_older(store):
+def test_reviser_deletes_only_captured_repeats(store):
     text = notes_file(
         ("N001", "2026-01-01", "decision", "Payments go through Stripe."),
-        ("N002", "2026-01-02", "constraint", "The geocoding API allows 2,500 calls per day."),
-        ("N003", "2026-01-03", "decision", "payments   go through STRIPE."),  # exact, up to case and spacing
-        ("N004", "2026-01-04", "constraint", "The geocoding API allows 2,500 calls per day!"),  # near
-        ("N005", "2026-01-05", "constraint", "The geocoding API allows 5,000 calls per day."),  # other number
-        ("N006", "2026-01-06", "decision", "Stripe goes through payments."),  # other order
-        ("N007", "2026-01-07", "context", "The geocoding API allows 2,500 calls per day, sadly."),  # other kind
+        ("N002", "2026-01-02", "constraint", "The geocoding API allows 2,500 calls per day.", "s1"),
+        ("N003", "2026-01-03", "decision", "payments   go through STRIPE.", "s2"),  # a captured repeat
+        ("N004", "2026-01-04", "constraint", "The geocoding API allows 2,500 calls per day.", "s3"),  # idem
+        ("N005", "2026-01-05", "constraint", "The geocoding API allows 2,500 calls per day!"),  # near, by hand
+        ("N006", "2026-01-06", "decision", "Payments go through Stripe."),  # a repeat, by hand
     )
     write(store, text)
     ops = propose(text)
-    assert {op.old for op in ops if op.old.startswith("## ")} == {"## N003 · 2026-01-03 · decision",
-                                                                  "## N004 · 2026-01-04 · constraint"}
+    assert {op.old for op in ops if op.old.startswith("## ")} == {"## N003 · 2026-01-03 · decision · session s2",
+                                                                  "## N004 · 2026-01-04 · constraint · session s3"}
     revise(store, ops, backend="embedded")
     after, _ = snapshot(store)
-    assert [n.id for n in parse_markdown(after).notes] == ["N001", "N002", "N005", "N006", "N007"]
+    assert [n.id for n in parse_markdown(after).notes] == ["N001", "N002", "N005", "N006"]
     assert propose(after) == []
 
 
-def test_reviser_uses_cosine_for_near_duplicates():
-    text = notes_file(("N001", "2026-01-01", "convention", "Tests run with pytest -q in CI."),
-                      ("N002", "2026-01-02", "convention", "CI runs the tests with pytest -q."))
-    close, far = np.array([1.0, 0.1]), np.array([1.0, 0.3])  # cos 0.995; then 0.88
-    assert propose(text, {"N001": np.array([1.0, 0.0]), "N002": close})[0] == Delete(5, "")
-    assert propose(text, {"N001": np.array([1.0, -0.2]), "N002": far}) == []
+def test_a_hand_written_repeat_is_kept_over_the_captured_one():
+    text = notes_file(("N001", "2026-01-01", "decision", "Payments go through Stripe.", "s1"),
+                      ("N002", "2026-01-02", "decision", "Payments go through Stripe."))
+    assert propose(text) == [Delete(3, "## N001 · 2026-01-01 · decision · session s1"),
+                             Delete(4, "Payments go through Stripe."), Delete(5, "")]
+
+
+@pytest.mark.parametrize("old, new", [
+    ("Staging runs in AWS region eu-west-1.", "Staging runs in AWS region us-east-1."),
+    ("Access tokens expire after one hour.", "Access tokens expire after one day."),
+    ("Release branches are cut from main.", "Release branches are cut from develop."),
+    ("The geocoding API allows 2,500 calls per day.", "The geocoding API allows 5,000 calls per day."),
+    ("生产环境部署在法兰克福。", "生产环境部署在都柏林。"),
+])
+@pytest.mark.parametrize("sessions", [((), ()), (("s1",), ("s2",)), (("s1",), ())])
+def test_a_value_changed_supersedes_and_is_never_deleted(old, new, sessions, e5, tmp_path):
+    text = notes_file(("N001", "2026-10-01", "context", old, *sessions[0]),
+                      ("N002", "2026-12-01", "context", new, *sessions[1]))
+    vectors = dict(zip(["N001", "N002"], e5.passage([old, new])))
+    assert propose(text, vectors) == [Supersede("N001", "N002")]
+    store = NoteStore(tmp_path / "p", "p", encoder=e5)
+    store.folder.mkdir()
+    write(store, text)
+    for nid, line_no in (("N001", 3), ("N002", 6)):  # deleting either note is refused, whoever proposes it
+        f = text.splitlines()
+        with pytest.raises(RevisionError, match="repeats no note that stays|written by hand"):
+            revise(store, [Delete(k, f[k - 1]) for k in (line_no, line_no + 1)], backend="llm")
+    assert store.markdown.read_bytes() == text.encode()
 
 
 def test_reviser_tidies_the_end_of_the_file_and_moves_links(store):
     text = notes_file(
         ("N001", "2026-01-01", "decision", "Payments go through Stripe."),
         ("N002", "2026-01-02", "decision", "Payments go through Adyen."),
-        ("N003", "2026-01-03", "decision", "Payments go through Stripe."),
+        ("N003", "2026-01-03", "decision", "Payments go through Stripe.", "s1"),
     ).replace("## N002 · 2026-01-02 · decision", "## N002 · 2026-01-02 · decision · superseded by N003")
     after = apply_ops(text, propose(text))
     assert after == notes_file(
