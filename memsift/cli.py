@@ -228,10 +228,15 @@ def _notes_add(args: argparse.Namespace) -> int:
     except (NotesFormatError, ValueError) as exc:
         print(f"memsift notes add: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # the Markdown could not be written: nothing was added
+        print(f"memsift notes add: could not write {store.markdown} ({exc}); nothing was added", file=sys.stderr)
+        return 1
     print(f"{note.id} · {note.date} · {note.kind}  ({store.markdown})")
     for old in store.notes():
         if old.superseded_by == note.id:
             print(f"  supersedes {old.id}: {old.text[:70]}")
+    for warning in store.warnings:
+        print(f"memsift notes add: {warning}", file=sys.stderr)
     return 0
 
 
@@ -286,12 +291,14 @@ def _notes_edit(args: argparse.Namespace) -> int:
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or ("notepad" if os.name == "nt" else "vi")
     subprocess.run([*shlex.split(editor), str(store.markdown)])
     try:
-        notes = store.read(strict=True).notes
+        parsed = store.read(strict=True)
     except NotesFormatError as exc:  # the file is the user's: say what to fix, change nothing
         print(f"memsift notes edit: {exc}\nrecall reads the rest; fix that line so that memsift can write the file again",
               file=sys.stderr)
         return 1
-    print(f"{len(notes)} notes in {store.markdown}")
+    for problem in parsed.problems:  # bytes that are not UTF-8, notes too long: recall copes, the user fixes
+        print(f"memsift notes edit: {problem}", file=sys.stderr)
+    print(f"{len(parsed.notes)} notes in {store.markdown}")
     return 0
 
 
@@ -300,11 +307,43 @@ def _notes_undo(args: argparse.Namespace) -> int:
 
     store = _store(args.project)
     try:
-        revision = undo(store)
+        revision = undo(store, args.revision)
     except RevisionError as exc:
         print(f"memsift notes undo: {exc}", file=sys.stderr)
         return 1
-    print(f"undid {revision.undoes} ({store.markdown} restored)")
+    how = "restored byte for byte" if not revision.ops else f"{len(revision.ops)} lines put back, later changes kept"
+    print(f"undid {revision.undoes} ({store.markdown}: {how})")
+    return 0
+
+
+def _notes_history(args: argparse.Namespace) -> int:
+    from .revision import history
+
+    store = _store(args.project)
+    entries = history(store)
+    undone = {e.undoes for e in entries if e.action == "undo"}
+    for e in entries:
+        what = f"undoes {e.undoes}" if e.action == "undo" else f"{len(e.ops)} operations" + (" (undone)" if e.id in undone else "")
+        print(f"{e.id}  {e.time}  {e.action:<6} {e.backend:<10} {what}")
+        for op in e.ops if args.ops else ():
+            print(f"    {json.dumps(op, ensure_ascii=False)}")
+    if not entries:
+        print(f"no revisions of {store.markdown} yet")
+    return 0
+
+
+def _notes_reindex(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    store = _store(args.project)
+    for problem in store.read(strict=False).problems:
+        print(f"memsift notes reindex: {problem}", file=sys.stderr)
+    try:
+        embedded = store.reindex()
+    except (OSError, sqlite3.Error) as exc:
+        print(f"memsift notes reindex: could not write {store.index_path} ({exc})", file=sys.stderr)
+        return 1
+    print(f"{store.index_path}: {len(store.notes())} notes indexed, {embedded} embedded now")
     return 0
 
 
@@ -442,9 +481,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the operations, change nothing")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_revise)
-    p = notes.add_parser("undo", help="revert the last revision of the notes file (by the reviser), byte for byte")
+    p = notes.add_parser("undo", help="revert a revision of the notes file (default: the last), keeping later changes")
+    p.add_argument("revision", nargs="?", help="a revision id from `memsift notes history`, e.g. R0003")
     p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_undo)
+    p = notes.add_parser("history", help="every revision of the notes file: who proposed it, when, undone or not")
+    p.add_argument("--ops", action="store_true", help="also print each revision's line operations")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_history)
+    p = notes.add_parser("reindex", help="rebuild the notes index (after an encoder change or a bulk edit)")
+    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_reindex)
     return parser
 
 

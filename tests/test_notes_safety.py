@@ -1,0 +1,215 @@
+"""A user's notes survive: corrections, full disks, bad bytes, huge notes, a lost index (issue 11).
+
+Each test drives the real `memsift` commands and hook as processes, on real files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_memsift
+
+ADYEN = "Payment provider: we chose Adyen over Stripe because Adyen supports SEPA direct debit for our German customers."
+ASK = "why did we choose Adyen over Stripe?"
+
+
+def payload(prompt: str, cwd: Path) -> bytes:
+    return json.dumps({"session_id": "s-1", "transcript_path": "", "cwd": str(cwd), "hook_event_name": "UserPromptSubmit",
+                       "prompt": prompt}).encode()
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    folder = tmp_path / "shop"
+    (folder / ".git").mkdir(parents=True)
+    return folder
+
+
+def add(project: Path, text: str, date: str = "2026-09-01", kind: str = "decision", **kw) -> subprocess.CompletedProcess:
+    return run_memsift("notes", "add", "--project", str(project), "--kind", kind, "--date", date, text, **kw)
+
+
+def notes_dir(home: Path) -> Path:
+    return next((home / "projects").glob("shop-*"))
+
+
+def index_meta(folder: Path) -> dict[str, str]:
+    with sqlite3.connect(folder / "index.sqlite") as db:
+        return dict(db.execute("SELECT key, value FROM meta"))
+
+
+# -- 1. a correction supersedes; no automatic step deletes a note written by hand ----------
+
+@pytest.mark.parametrize("old, new", [
+    ("Staging runs in AWS region eu-west-1.", "Staging runs in AWS region us-east-1."),
+    ("API tokens expire after one hour.", "API tokens expire after one day."),
+    ("Release branches are cut from main.", "Release branches are cut from develop."),
+])
+def test_a_correction_supersedes_the_older_note_and_the_reviser_keeps_both(project, memsift_home, old, new):
+    assert add(project, old, "2026-10-01", "context").returncode == 0
+    done = add(project, new, "2026-12-01", "context")
+    assert done.returncode == 0 and b"supersedes N001" in done.stdout
+    folder = notes_dir(memsift_home)
+    text = (folder / "notes.md").read_text(encoding="utf-8")
+    assert old in text and new in text and "## N001 · 2026-10-01 · context · superseded by N002" in text
+    dry = run_memsift("notes", "revise", "--dry-run", "--project", str(project))
+    assert dry.returncode == 0 and b'"delete"' not in dry.stdout
+    history = run_memsift("notes", "history", "--ops", "--project", str(project))
+    assert b"R0001" in history.stdout and b'"supersede"' in history.stdout
+    back = run_memsift("notes", "undo", "--project", str(project))  # the link is a revision: it can be undone
+    assert back.returncode == 0, back.stderr
+    assert "## N001 · 2026-10-01 · context\n" in (folder / "notes.md").read_text(encoding="utf-8")
+
+
+def test_no_reviser_deletes_a_hand_written_note_even_an_llm(project, memsift_home, tmp_path):
+    """An LLM reviser (here a script standing in for `claude -p`) that deletes a note written
+    by hand is refused whole, and the embedded reviser runs instead."""
+    add(project, "Staging runs in AWS region eu-west-1.", "2026-10-01", "context")
+    folder = notes_dir(memsift_home)
+    before = (folder / "notes.md").read_bytes()
+    lines = before.decode().splitlines()
+    header = next(i for i, line in enumerate(lines, 1) if line.startswith("## N001"))
+    reply = json.dumps([{"op": "delete", "line": k, "old": lines[k - 1]} for k in (header, header + 1)])
+    fake = tmp_path / "claude"
+    fake.write_text(f"#!/bin/sh\ncat > /dev/null\nprintf '%s' '{reply}'\n")
+    fake.chmod(0o755)
+    done = run_memsift("notes", "revise", "--project", str(project),
+                       env={"MEMSIFT_REVISER": "claude", "MEMSIFT_CLAUDE_BIN": str(fake)})
+    assert done.returncode == 0, done.stderr
+    assert (folder / "notes.md").read_bytes() == before
+    assert b'"delete"' not in done.stdout  # what is printed is the embedded reviser's proposal
+
+
+# -- 3. a full disk after the note is written ----------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 512 KB tmpfs, unmounted afterwards; skipped where mounting is not allowed."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Fill `disk` until about `leave` bytes are free; the filler file."""
+    filler = disk / "filler"
+    st = os.statvfs(disk)
+    free = st.f_bavail * st.f_frsize
+    with open(filler, "wb") as fh:
+        fh.write(b"\0" * max(free - leave, 0))
+    return filler
+
+
+def test_notes_add_on_a_full_disk_keeps_the_note_and_says_the_index_waits(project, small_disk):
+    env = {"MEMSIFT_HOME": str(small_disk), "MEMSIFT_ENCODER": "hashing-v1"}
+    assert add(project, ADYEN, env=env).returncode == 0
+    folder = notes_dir(small_disk)
+    filler = fill(small_disk, leave=12 * 1024)  # room for the Markdown, not for a new index
+    done = add(project, "Deploys go out on Tuesdays only, never on Fridays.", kind="convention", env=env)
+    assert b"Traceback" not in done.stderr
+    assert done.returncode == 0, done.stderr
+    assert b"N002" in done.stdout and b"index could not be written" in done.stderr
+    assert "never on Fridays" in (folder / "notes.md").read_text(encoding="utf-8")
+    filler.unlink()
+    reindex = run_memsift("notes", "reindex", "--project", str(project), env=env)
+    assert reindex.returncode == 0, reindex.stderr
+    assert index_meta(folder)["missing"] == "0"
+    with sqlite3.connect(folder / "index.sqlite") as db:
+        assert [r[0] for r in db.execute("SELECT id FROM notes ORDER BY id")] == ["N001", "N002"]
+
+
+def test_notes_add_when_nothing_can_be_written_adds_nothing_and_says_so(project, small_disk):
+    env = {"MEMSIFT_HOME": str(small_disk), "MEMSIFT_ENCODER": "hashing-v1"}
+    assert add(project, ADYEN, env=env).returncode == 0
+    folder = notes_dir(small_disk)
+    before = (folder / "notes.md").read_bytes()
+    fill(small_disk, leave=0)
+    done = add(project, "Deploys go out on Tuesdays only, never on Fridays.", kind="convention", env=env)
+    assert done.returncode == 1 and b"Traceback" not in done.stderr
+    assert b"nothing was added" in done.stderr
+    assert (folder / "notes.md").read_bytes() == before
+
+
+# -- 6. one huge note: capped on write, indexed by its start when edited in by hand ---------
+
+def test_notes_add_refuses_a_note_too_long_to_recall(project, memsift_home):
+    done = add(project, "word " * 2000)
+    assert done.returncode == 1 and b"more than the 4,000 a note may hold" in done.stderr
+    assert not (memsift_home / "projects").exists() or not list((memsift_home / "projects").rglob("notes.md"))
+
+
+def test_a_huge_note_edited_in_by_hand_is_indexed_by_its_start(project, memsift_home):
+    add(project, ADYEN, env={"MEMSIFT_ENCODER": "hashing-v1"})
+    folder = notes_dir(memsift_home)
+    with open(folder / "notes.md", "a", encoding="utf-8") as fh:
+        fh.write("\n## N777 · 2026-09-02 · context\n" + "The deploy log said nothing useful. " * 150_000 + "\n")
+    done = run_memsift("notes", "reindex", "--project", str(project), env={"MEMSIFT_ENCODER": "hashing-v1"})
+    assert done.returncode == 0 and b"N777 has 5,399,999 characters" in done.stderr
+    with sqlite3.connect(folder / "index.sqlite") as db:
+        assert db.execute("SELECT length(text) FROM notes WHERE id = 'N777'").fetchone() == (4000,)
+
+
+# -- 7. a lost index comes back out of the prompt path -------------------------------------
+
+def test_a_lost_index_is_not_rebuilt_in_the_prompt_and_comes_back_by_reindex(project, memsift_home):
+    notes = "\n".join(f"\n## N{k:03d} · 2026-08-{1 + k % 28:02d} · context\nService {uuid.uuid4().hex[:8]} runs job {k} "
+                      f"at {k % 24:02d}:00 because the batch window of team {k} closes then." for k in range(1, 41))
+    add(project, ADYEN)
+    folder = notes_dir(memsift_home)
+    with open(folder / "notes.md", "a", encoding="utf-8") as fh:
+        fh.write(notes.replace("## N001 ", "## N901 ") + "\n")
+    (folder / "index.sqlite").unlink()
+    done = run_memsift("hook", "user-prompt-submit", stdin=payload(ASK, project))
+    assert done.returncode == 0
+    meta = index_meta(folder)
+    assert int(meta["missing"]) == 41  # nothing embedded in the prompt: it answers from what is there
+    assert "lacks 41 notes" in (memsift_home / "logs" / "hook.log").read_text(encoding="utf-8")
+    assert run_memsift("notes", "reindex", "--project", str(project)).returncode == 0
+    assert index_meta(folder)["missing"] == "0"
+    done = run_memsift("hook", "user-prompt-submit", stdin=payload(ASK, project))
+    assert b"N001" in done.stdout
+
+
+def test_a_few_notes_edited_by_hand_are_indexed_in_the_prompt(project, memsift_home):
+    add(project, "Deploys go out on Tuesdays only, never on Fridays.", kind="convention")
+    folder = notes_dir(memsift_home)
+    with open(folder / "notes.md", "a", encoding="utf-8") as fh:
+        fh.write(f"\n## N002 · 2026-09-02 · decision\n{ADYEN}\n")
+    done = run_memsift("hook", "user-prompt-submit", stdin=payload(ASK, project))
+    assert b"N002" in done.stdout
+    assert index_meta(folder)["missing"] == "0"
+
+
+# -- 8. a byte that is not UTF-8 ------------------------------------------------------------
+
+def test_a_byte_that_is_not_utf8_leaves_recall_and_writers_working(project, memsift_home):
+    add(project, ADYEN)
+    folder = notes_dir(memsift_home)
+    md = folder / "notes.md"
+    md.write_bytes(md.read_bytes() + b"\n## N002 \xc2\xb7 2026-09-02 \xc2\xb7 context\nThe caf\xe9 wifi password rotates.\n")
+    done = run_memsift("hook", "user-prompt-submit", stdin=payload(ASK, project))
+    assert done.returncode == 0 and b"N001" in done.stdout
+    line = md.read_bytes().splitlines().index(b"The caf\xe9 wifi password rotates.") + 1
+    assert f"notes.md:{line}: not UTF-8 (byte 0xe9 at column 8)" in (memsift_home / "logs" / "hook.log").read_text(encoding="utf-8")
+    listed = run_memsift("notes", "list", "--project", str(project))
+    assert listed.returncode == 0 and "The caf\ufffd wifi".encode() in listed.stdout
+    added = add(project, "Deploys go out on Tuesdays only, never on Fridays.", kind="convention")
+    assert added.returncode == 0, added.stderr
+    assert b"The caf\xe9 wifi password rotates.\n" in md.read_bytes()  # the byte stays as the user left it
+    editor = folder / "fix.sh"  # `notes edit` is how the user fixes it
+    editor.write_text("#!/bin/sh\nsed -i 's/caf\\xe9/caf\\xc3\\xa9/' \"$1\"\n")
+    editor.chmod(0o755)
+    fixed = run_memsift("notes", "edit", "--project", str(project), env={"EDITOR": str(editor)})
+    assert fixed.returncode == 0 and b"not UTF-8" not in fixed.stderr
+    assert "The café wifi" in md.read_text(encoding="utf-8")
