@@ -179,11 +179,13 @@ def test_capture_hooks_return_at_once_and_capture_in_the_background(tmp_path, me
     deadline = time.time() + 60
     while time.time() < deadline:
         db = memsift_home / "capture.sqlite"
-        if db.exists():
+        try:  # the detached capture may be creating the database right now
             row = sqlite3.connect(db).execute("SELECT offset, exchanges FROM sessions WHERE session = ?",
-                                              (f"bg-{event}",)).fetchone()
-            if row:
-                break
+                                              (f"bg-{event}",)).fetchone() if db.exists() else None
+        except sqlite3.OperationalError:
+            row = None
+        if row:
+            break
         time.sleep(0.2)
     else:
         pytest.fail("the detached capture never recorded the session: " + (memsift_home / "logs" / "capture.log").read_text())

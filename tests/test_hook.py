@@ -101,10 +101,11 @@ def test_bad_note_header_is_logged_and_recall_goes_on(project, memsift_home):
 
 def test_internal_error_exits_0_and_logs_why(project, memsift_home):
     notes_md = next((memsift_home / "projects").glob("shop-*")) / "notes.md"
-    notes_md.write_bytes(notes_md.read_bytes() + "\ncaf\xe9 in Latin-1\n".encode("latin-1"))
+    notes_md.unlink()
+    notes_md.mkdir()  # the notes "file" cannot be read at all
     done = hook(payload(ASK, project))
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-    assert "NotesFormatError" in log_text(memsift_home) and "not UTF-8" in log_text(memsift_home)
+    assert "IsADirectoryError" in log_text(memsift_home) and "nothing pasted" in log_text(memsift_home)
 
 
 def test_project_without_memory_loads_no_model(tmp_path, memsift_home):
