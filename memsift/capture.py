@@ -307,59 +307,64 @@ def capture(
     """
     from filelock import FileLock
 
+    (home / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(_lock_path(home, session)), timeout=60):
+        result = _capture_locked(Path(transcript), session, cwd, final=final, home=home, model=model, today=today)
+    if result.kept or result.finished:
+        _flush(home)
+    return result
+
+
+def _capture_locked(path: Path, session: str, cwd: str, *, final: bool, home: Path, model, today: str | None) -> CaptureResult:
+    """`capture`, under the session's lock."""
     from .config import project_dir
     from .secrets import mask
 
     result = CaptureResult(session)
-    path = Path(transcript)
-    (home / "locks").mkdir(parents=True, exist_ok=True)
-    with FileLock(str(_lock_path(home, session)), timeout=60):
-        state = CaptureState(home / "capture.sqlite")
-        try:
-            pending = state.pending(session)
-            if pending is not None:
-                result.finished = _finish(state, pending, home, getattr(model, "encoder", None))
-            root = _project(path, cwd, session)
-            folder = project_dir(root, home)
-            offset, kept_before = state.get(session)
-            size = path.stat().st_size
-            if size < offset:
-                log.warning("capture %s: %s shrank below the captured offset (%d < %d): reading it again",
-                            session, path, size, offset)
-                offset = 0
-            result.offset = offset
-            exchanges = []
-            for ex in read_exchanges(path, offset, final=final):
-                exchanges.append(replace(ex, user=mask(ex.user).text, assistant=mask(ex.assistant).text))
-            result.exchanges = len(exchanges)
-            if not exchanges:
-                result.skipped = "no complete exchange since the last capture"
-                if final and size > offset:
-                    log.warning("capture %s: zero exchanges in %d new bytes of %s (format changed?)",
-                                session, size - offset, path)
-                state.put(session, str(path), str(root), offset, 0, kept_before)  # known to later sweeps
-                log.info("capture %s: nothing new in %s (offset %d of %d bytes)", session, path, offset, size)
-                return result
-            if model is None:  # the configured model, as on the prompt path
-                from .classifiers.remote import load_model
+    state = CaptureState(home / "capture.sqlite")
+    try:
+        pending = state.pending(session)
+        if pending is not None:
+            result.finished = _finish(state, pending, home, getattr(model, "encoder", None))
+        root = _project(path, cwd, session)
+        folder = project_dir(root, home)
+        offset, kept_before = state.get(session)
+        size = path.stat().st_size
+        if size < offset:
+            log.warning("capture %s: %s shrank below the captured offset (%d < %d): reading it again",
+                        session, path, size, offset)
+            offset = 0
+        result.offset = offset
+        exchanges = []
+        for ex in read_exchanges(path, offset, final=final):
+            exchanges.append(replace(ex, user=mask(ex.user).text, assistant=mask(ex.assistant).text))
+        result.exchanges = len(exchanges)
+        if not exchanges:
+            result.skipped = "no complete exchange since the last capture"
+            if final and size > offset:
+                log.warning("capture %s: zero exchanges in %d new bytes of %s (format changed?)",
+                            session, size - offset, path)
+            state.put(session, str(path), str(root), offset, 0, kept_before)  # known to later sweeps
+            log.info("capture %s: nothing new in %s (offset %d of %d bytes)", session, path, offset, size)
+            return result
+        if model is None:  # the configured model, as on the prompt path
+            from .classifiers.remote import load_model
 
-                model = load_model(home, strict=False)
-            chosen = select(exchanges, model, MAX_NOTES_PER_SESSION - kept_before)
-            if kept_before + len(chosen) >= MAX_NOTES_PER_SESSION:
-                log.info("capture %s: the session reached its %d notes; later exchanges are not considered",
-                         session, MAX_NOTES_PER_SESSION)
-            unit = PendingCapture(session, str(path), str(root), str(folder), root.name, offset, exchanges[-1].end,
-                                  len(exchanges), kept_before, _plan(chosen, folder, root.name, session, today))
-            if unit.notes:
-                state.begin(unit)
-                result.kept = _finish(state, unit, home, getattr(model, "encoder", None))
-            else:
-                state.finish(unit, kept_before)
-            result.offset = unit.end
-        finally:
-            state.close()
-    if result.kept or result.finished:
-        _flush(home)
+            model = load_model(home, strict=False)
+        chosen = select(exchanges, model, MAX_NOTES_PER_SESSION - kept_before)
+        if kept_before + len(chosen) >= MAX_NOTES_PER_SESSION:
+            log.info("capture %s: the session reached its %d notes; later exchanges are not considered",
+                     session, MAX_NOTES_PER_SESSION)
+        unit = PendingCapture(session, str(path), str(root), str(folder), root.name, offset, exchanges[-1].end,
+                              len(exchanges), kept_before, _plan(chosen, folder, root.name, session, today))
+        if unit.notes:
+            state.begin(unit)
+            result.kept = _finish(state, unit, home, getattr(model, "encoder", None))
+        else:
+            state.finish(unit, kept_before)
+        result.offset = unit.end
+    finally:
+        state.close()
     log.info("capture %s: %d exchanges read, kept %s, offset %d", session, result.exchanges, result.kept, result.offset)
     return result
 
