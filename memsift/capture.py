@@ -11,7 +11,19 @@ For one session's transcript (`capture`):
 4. each kept exchange becomes a short note (its answer's first sentences, `note_text`) in
    the project's notes, and a passage (`User: ... Assistant: ...`) in its passage store;
 5. the reviser (`memsift.revisers`: the embedded one unless another is configured) then
-   removes duplicates and marks the notes the new ones replace, by line operations.
+   tidies the notes file by line operations;
+6. with a Cognee server configured, the notes and passages go to the outbox (`memsift.sync`).
+
+Steps 4-6 and the move of the offset are one unit (a write-ahead record, `PendingCapture`):
+the notes and passages to write are committed to `capture.sqlite` before any store is
+touched, every step is idempotent (a note of the session with the same text is found, not
+added again; a passage or an outbox document is stored once), and the offset moves and the
+record goes in one transaction once every store confirmed. A capture killed or failed
+midway (`kill -9`, a full disk) leaves the record; the next run for the session (its next
+Stop hook, the session-start sweep, `memsift capture`) finishes it first.
+
+The project is named by the folder the transcript says the session started in (its own
+`cwd`), so a capture run from elsewhere files the notes where they belong.
 
 Runs of the same session are serialised by a lock file; runs of different sessions only
 meet in the notes store, which has its own lock.
@@ -20,10 +32,11 @@ meet in the notes store, which has its own lock.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .transcript import Exchange, read_exchanges
@@ -61,6 +74,7 @@ class CaptureResult:
     session: str
     exchanges: int = 0
     kept: list[str] = field(default_factory=list)  # ids of the notes added
+    finished: list[str] = field(default_factory=list)  # ids of the notes of a capture cut short, finished now
     offset: int = 0
     skipped: str | None = None  # why nothing was read, when nothing was
 
@@ -126,8 +140,46 @@ def passage_text(exchange: Exchange, limit: int = PASSAGE_CHARS) -> str:
     return f"User: {user} Assistant: {plain(exchange.assistant)}"[:limit].rstrip()
 
 
+@dataclass
+class PlannedNote:
+    """A note a capture will write, and its passage: `text` as the notes store keeps it
+    (secrets masked), `id` once the note is in the notes file (None before, or when the
+    same text was noted by another writer meanwhile)."""
+
+    kind: str
+    date: str
+    text: str
+    passage: str
+    id: str | None = None
+
+
+@dataclass
+class PendingCapture:
+    """A capture's write-ahead record: everything its stores will hold, written before any
+    of them is touched, so that a capture cut short (killed, a full disk) is finished by
+    the next run of the same session instead of lost or done twice.
+
+    `start`/`end` are the byte offsets of the exchanges it covers, `exchanges` how many;
+    `stage` is how far it got: `planned`, `noted` (the notes are in the notes file and
+    their ids known), `stored` (their passages too), `revised` (the reviser ran).
+    """
+
+    session: str
+    transcript: str
+    project: str
+    folder: str
+    title: str
+    start: int
+    end: int
+    exchanges: int
+    kept_before: int
+    notes: list[PlannedNote]
+    stage: str = "planned"
+
+
 class CaptureState:
-    """Per-session capture progress in SQLite (WAL, safe with several writers)."""
+    """Per-session capture progress in SQLite (WAL, safe with several writers): the offset
+    read so far (`sessions`) and the capture under way, if any (`pending`)."""
 
     def __init__(self, path: Path) -> None:
         from .config import open_state
@@ -138,6 +190,9 @@ class CaptureState:
             CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, transcript TEXT,
                 project TEXT, offset INTEGER DEFAULT 0, exchanges INTEGER DEFAULT 0,
                 kept INTEGER DEFAULT 0, at REAL);
+            CREATE TABLE IF NOT EXISTS pending (session TEXT PRIMARY KEY, transcript TEXT,
+                project TEXT, folder TEXT, title TEXT, start INTEGER, "end" INTEGER,
+                exchanges INTEGER, kept_before INTEGER, notes TEXT, stage TEXT, at REAL);
             """
         )
 
@@ -148,12 +203,54 @@ class CaptureState:
 
     def put(self, session: str, transcript: str, project: str, offset: int, exchanges: int, kept: int) -> None:
         with self.db:
+            self._put(session, transcript, project, offset, exchanges, kept)
+
+    def _put(self, session: str, transcript: str, project: str, offset: int, exchanges: int, kept: int) -> None:
+        self.db.execute(
+            """INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET
+               transcript = excluded.transcript, project = excluded.project, offset = excluded.offset,
+               exchanges = sessions.exchanges + excluded.exchanges, kept = excluded.kept, at = excluded.at""",
+            (session, transcript, project, offset, exchanges, kept, time.time()),
+        )
+
+    def pending(self, session: str) -> PendingCapture | None:
+        """The session's unfinished capture, or None."""
+        row = self.db.execute(
+            'SELECT session, transcript, project, folder, title, start, "end", exchanges, kept_before, notes, stage '
+            "FROM pending WHERE session = ?", (session,)).fetchone()
+        if row is None:
+            return None
+        notes = [PlannedNote(**n) for n in json.loads(row[9])]
+        return PendingCapture(*row[:9], notes=notes, stage=row[10])
+
+    def pending_sessions(self, project: str) -> list[str]:
+        """The sessions of `project` with an unfinished capture."""
+        return [r[0] for r in self.db.execute("SELECT session FROM pending WHERE project = ?", (project,))]
+
+    def begin(self, p: PendingCapture) -> None:
+        """Write the record (committed, synced by SQLite) before any store is touched."""
+        with self.db:
             self.db.execute(
-                """INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET
-                   transcript = excluded.transcript, project = excluded.project, offset = excluded.offset,
-                   exchanges = sessions.exchanges + excluded.exchanges, kept = excluded.kept, at = excluded.at""",
-                (session, transcript, project, offset, exchanges, kept, time.time()),
-            )
+                "INSERT OR REPLACE INTO pending VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (p.session, p.transcript, p.project, p.folder, p.title, p.start, p.end, p.exchanges,
+                 p.kept_before, self._notes(p), p.stage, time.time()))
+
+    def advance(self, p: PendingCapture, stage: str) -> None:
+        """Record that the capture reached `stage` (and the note ids it knows now)."""
+        p.stage = stage
+        with self.db:
+            self.db.execute("UPDATE pending SET notes = ?, stage = ?, at = ? WHERE session = ?",
+                            (self._notes(p), stage, time.time(), p.session))
+
+    def finish(self, p: PendingCapture, kept: int) -> None:
+        """Move the session's offset past the capture and drop its record, in one transaction."""
+        with self.db:
+            self._put(p.session, p.transcript, p.project, p.end, p.exchanges, kept)
+            self.db.execute("DELETE FROM pending WHERE session = ?", (p.session,))
+
+    @staticmethod
+    def _notes(p: PendingCapture) -> str:
+        return json.dumps([asdict(n) for n in p.notes], ensure_ascii=False)
 
     def close(self) -> None:
         self.db.close()
@@ -195,118 +292,256 @@ def capture(
 ) -> CaptureResult:
     """Capture the exchanges of one session not captured yet (see the module docstring).
 
-    `final` says the session ended (or is compacting): its last exchange is complete.
-    `model` is a `ChoiceModel` with an `encoder` (default: the configured one, `load_model`,
-    loaded only when there is something to judge). Raises `OSError` for an unreadable transcript and
-    `NotesFormatError` for a notes file memsift cannot rewrite safely (nothing is lost:
-    the offset does not move, the next capture retries).
+    The project is the one the transcript's own `cwd` names (`transcript.session_cwd`),
+    else the one of `cwd` (the hook payload's, or the CLI's folder). `final` says the
+    session ended (or is compacting): its last exchange is complete. `model` is a
+    `ChoiceModel` with an `encoder` (default: the configured one, `load_model`, loaded only
+    when there is something to judge).
+
+    The writes are one unit: a record of the notes and passages to write goes to
+    `capture.sqlite` first, each store is written idempotently, and the offset moves (and
+    the record goes) only once all confirmed. A capture of the session that was cut short
+    is finished first. Raises `OSError` for an unreadable transcript or a failed write (a
+    full disk), `sqlite3.Error`, and `NotesFormatError` for a notes file memsift cannot
+    rewrite safely; nothing is lost then: the next capture finishes or retries the unit.
     """
     from filelock import FileLock
 
-    from .config import project_dir, project_root
+    (home / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(_lock_path(home, session)), timeout=60):
+        result = _capture_locked(Path(transcript), session, cwd, final=final, home=home, model=model, today=today)
+    if result.kept or result.finished:
+        _flush(home)
+    return result
+
+
+def _capture_locked(path: Path, session: str, cwd: str, *, final: bool, home: Path, model, today: str | None) -> CaptureResult:
+    """`capture`, under the session's lock."""
+    from .config import project_dir
     from .secrets import mask
 
     result = CaptureResult(session)
-    path = Path(transcript)
-    root = project_root(cwd)
-    folder = project_dir(root, home)
-    (home / "locks").mkdir(parents=True, exist_ok=True)
-    safe = re.sub(r"[^\w.-]", "_", session)[:100]
-    with FileLock(str(home / "locks" / f"capture-{safe}.lock"), timeout=60):
-        state = CaptureState(home / "capture.sqlite")
-        try:
-            offset, kept_before = state.get(session)
-            size = path.stat().st_size
-            if size < offset:
-                log.warning("capture %s: %s shrank below the captured offset (%d < %d): reading it again",
-                            session, path, size, offset)
-                offset = 0
-            result.offset = offset
-            exchanges = []
-            for ex in read_exchanges(path, offset, final=final):
-                exchanges.append(replace(ex, user=mask(ex.user).text, assistant=mask(ex.assistant).text))
-            result.exchanges = len(exchanges)
-            if not exchanges:
-                result.skipped = "no complete exchange since the last capture"
-                if final and size > offset:
-                    log.warning("capture %s: zero exchanges in %d new bytes of %s (format changed?)",
-                                session, size - offset, path)
-                state.put(session, str(path), str(root), offset, 0, kept_before)  # known to later sweeps
-                log.info("capture %s: nothing new in %s (offset %d of %d bytes)", session, path, offset, size)
-                return result
-            if model is None:  # the configured model, as on the prompt path
-                from .classifiers.remote import load_model
+    state = CaptureState(home / "capture.sqlite")
+    try:
+        pending = state.pending(session)
+        if pending is not None:
+            result.finished = _finish(state, pending, home, getattr(model, "encoder", None))
+        root = _project(path, cwd, session)
+        folder = project_dir(root, home)
+        offset, kept_before = state.get(session)
+        size = path.stat().st_size
+        if size < offset:
+            log.warning("capture %s: %s shrank below the captured offset (%d < %d): reading it again",
+                        session, path, size, offset)
+            offset = 0
+        result.offset = offset
+        exchanges = []
+        for ex in read_exchanges(path, offset, final=final):
+            exchanges.append(replace(ex, user=mask(ex.user).text, assistant=mask(ex.assistant).text))
+        result.exchanges = len(exchanges)
+        if not exchanges:
+            result.skipped = "no complete exchange since the last capture"
+            if final and size > offset:
+                log.warning("capture %s: zero exchanges in %d new bytes of %s (format changed?)",
+                            session, size - offset, path)
+            state.put(session, str(path), str(root), offset, 0, kept_before)  # known to later sweeps
+            log.info("capture %s: nothing new in %s (offset %d of %d bytes)", session, path, offset, size)
+            return result
+        if model is None:  # the configured model, as on the prompt path
+            from .classifiers.remote import load_model
 
-                model = load_model(home, strict=False)
-            chosen = select(exchanges, model, MAX_NOTES_PER_SESSION - kept_before)
-            if kept_before + len(chosen) >= MAX_NOTES_PER_SESSION:
-                log.info("capture %s: the session reached its %d notes; later exchanges are not considered",
-                         session, MAX_NOTES_PER_SESSION)
-            if chosen:
-                notes, passages = _store(chosen, folder, root.name, getattr(model, "encoder", None), session, today)
-                result.kept = [n.id for n in notes]
-                _queue_for_server(home, folder, notes, passages)
-            result.offset = exchanges[-1].end
-            state.put(session, str(path), str(root), result.offset, len(exchanges), kept_before + len(result.kept))
-        finally:
-            state.close()
+            model = load_model(home, strict=False)
+        chosen = select(exchanges, model, MAX_NOTES_PER_SESSION - kept_before)
+        if kept_before + len(chosen) >= MAX_NOTES_PER_SESSION:
+            log.info("capture %s: the session reached its %d notes; later exchanges are not considered",
+                     session, MAX_NOTES_PER_SESSION)
+        unit = PendingCapture(session, str(path), str(root), str(folder), root.name, offset, exchanges[-1].end,
+                              len(exchanges), kept_before, _plan(chosen, folder, root.name, session, today))
+        if unit.notes:
+            state.begin(unit)
+            result.kept = _finish(state, unit, home, getattr(model, "encoder", None))
+        else:
+            state.finish(unit, kept_before)
+        result.offset = unit.end
+    finally:
+        state.close()
     log.info("capture %s: %d exchanges read, kept %s, offset %d", session, result.exchanges, result.kept, result.offset)
     return result
 
 
-def _queue_for_server(home: Path, folder: Path, notes, passages) -> None:
-    """When a Cognee server is configured, put the new notes and passages in the outbox
-    (framed as memsift pastes them) and try to send them."""
+def finish_pending(session: str, *, home: Path, model=None) -> CaptureResult | None:
+    """Finish the session's capture that was cut short, if there is one (under the
+    session's lock, as `capture`); its result, or None when there was none. Raises as
+    `capture`."""
+    from filelock import FileLock
+
+    with FileLock(str(_lock_path(home, session)), timeout=60):
+        state = CaptureState(home / "capture.sqlite")
+        try:
+            pending = state.pending(session)
+            if pending is None:
+                return None
+            result = CaptureResult(session, offset=pending.end)
+            result.finished = _finish(state, pending, home, getattr(model, "encoder", None))
+        finally:
+            state.close()
+    _flush(home)
+    log.info("capture %s: finished the capture cut short, notes %s", session, result.finished)
+    return result
+
+
+def _lock_path(home: Path, session: str) -> Path:
+    safe = re.sub(r"[^\w.-]", "_", session)[:100]
+    return home / "locks" / f"capture-{safe}.lock"
+
+
+def _project(path: Path, cwd: str, session: str) -> Path:
+    """The project root the session belongs to: that of the folder its transcript says it
+    started in, when that folder exists, else that of `cwd`."""
+    from .config import project_root
+    from .transcript import session_cwd
+
+    given = project_root(cwd)
+    try:
+        own = session_cwd(path)
+    except OSError:
+        own = None  # read_exchanges reports the unreadable file
+    if not own:
+        return given
+    if not Path(own).is_dir():
+        log.warning("capture %s: the transcript's cwd %s is not a folder here: filing under %s", session, own[:300], given)
+        return given
+    root = project_root(own)
+    if root != given:
+        log.info("capture %s: the transcript's cwd %s names project %s, not %s (from %s): using the transcript's",
+                 session, own[:300], root, given, cwd)
+    return root
+
+
+def _plan(chosen, folder: Path, title: str, session: str, today: str | None) -> list[PlannedNote]:
+    """The notes and passages the chosen exchanges make: texts masked as the notes store
+    keeps them, those already noted and those the store could not write left out."""
+    from .notes import Note, NoteStore, check_note
+    from .secrets import mask
+
+    date = today or dt.date.today().isoformat()
+    known = {n.text for n in NoteStore(folder, title).notes()}
+    planned = []
+    for ex, kind, _ in chosen:
+        text = mask(note_text(ex).strip()).text
+        if not text or text in known:
+            continue
+        day = ex.date or date
+        try:
+            dt.date.fromisoformat(day)
+        except ValueError:
+            day = date  # a transcript's odd timestamp
+        try:
+            check_note(Note("", day, kind, text, session=session))
+        except ValueError as exc:
+            log.warning("capture %s: an exchange's note cannot be written (%s); left out", session, exc)
+            continue
+        known.add(text)
+        planned.append(PlannedNote(kind, day, text, passage_text(ex)))
+    return planned
+
+
+def _finish(state: CaptureState, unit: PendingCapture, home: Path, encoder) -> list[str]:
+    """Write what `unit` records to every store, each step idempotent, then move the offset;
+    the ids of its notes. Run on a new unit and on one a killed capture left behind."""
+    from .backends import Passage
+    from .backends.sqlite import SQLiteBackend
+    from .notes import NoteStore
+
+    store = NoteStore(Path(unit.folder), unit.title, encoder=encoder)
+    if unit.stage == "planned":
+        _write_notes(store, unit)
+        state.advance(unit, "noted")
+    noted = [n for n in unit.notes if n.id]
+    passages = [Passage(f"{n.id}-x", n.date, n.passage) for n in noted]
+    if unit.stage == "noted":
+        if passages:
+            backend = SQLiteBackend(Path(unit.folder) / "passages.sqlite", store.encoder)
+            try:
+                backend.add(passages)  # by id: a passage stored before the interruption is not added again
+            finally:
+                backend.close()
+        state.advance(unit, "stored")
+    if unit.stage == "stored":
+        if noted:
+            _revise(store, unit.session)
+        state.advance(unit, "revised")
+    _queue_for_server(home, Path(unit.folder), noted, passages)  # by content hash: idempotent
+    state.finish(unit, unit.kept_before + len(noted))
+    return [n.id for n in noted]
+
+
+def _write_notes(store, unit: PendingCapture) -> None:
+    """Put the unit's notes in the notes file, setting their ids: a note of this session
+    with the same text (written before an interruption) is the one, the others are added."""
+    from .notes import Note
+
+    existing = store.notes()
+    by_id = {n.id: n for n in existing}
+    mine = {n.text: n.id for n in existing if n.session == unit.session}
+    for n in unit.notes:
+        if not (n.id and n.id in by_id and by_id[n.id].session == unit.session):
+            n.id = mine.get(n.text)
+    missing = [n for n in unit.notes if not n.id]
+    if missing:
+        added = store.add([Note("", n.date, n.kind, n.text, session=unit.session) for n in missing],
+                          link_supersession=False, skip_known=True)
+        ids = {n.text: n.id for n in added}
+        for n in missing:
+            n.id = ids.get(n.text)  # None: the text was noted meanwhile by another writer
+
+
+def _revise(store, session: str) -> None:
+    """Run the configured reviser over the notes. A failure of it is logged, not raised (the
+    notes and passages are stored; the next capture revises again), except `OSError`."""
+    from .revisers import EmbeddedReviser, load_reviser, revise_notes
+
+    try:
+        reviser = load_reviser()
+    except ValueError as exc:
+        log.warning("reviser misconfigured (%s): using the embedded reviser", exc)
+        reviser = EmbeddedReviser()
+    try:
+        ops, revision = revise_notes(store, reviser)
+    except OSError:
+        raise
+    except Exception as exc:
+        log.warning("capture %s: the reviser failed (%s: %s); the notes stay as written",
+                    session, type(exc).__name__, str(exc)[:300])
+        return
+    if revision is not None:
+        log.info("capture %s: revision %s by %s, %d operations", session, revision.id, revision.backend, len(ops))
+
+
+def _queue_for_server(home: Path, folder: Path, notes: list[PlannedNote], passages) -> None:
+    """When a Cognee server is configured, put the notes and passages in the outbox (framed
+    as memsift pastes them; the outbox keeps a text once)."""
     from .config import cognee_config
 
-    config = cognee_config()
-    if config is None or not (notes or passages):
+    if cognee_config() is None or not (notes or passages):
         return
     from .backends.cognee import dataset_name, frame_passage
     from .recall import Item, frame
-    from .sync import flush, queue
+    from .sync import queue
 
     texts = [frame(Item(n.id, "note", n.date, n.text, n.kind)) for n in notes] + [frame_passage(p) for p in passages]
     queue(home, dataset_name(folder.name), texts)
-    flush(home, config)
 
 
-def _store(chosen, folder: Path, title: str, encoder, session: str, today: str | None) -> tuple[list, list]:
-    """Append the chosen exchanges as notes and passages, then revise; the notes and
-    passages added."""
-    from .backends import Passage
-    from .backends.sqlite import SQLiteBackend
-    from .notes import Note, NoteStore
-    from .revisers import EmbeddedReviser, load_reviser, revise_notes
+def _flush(home: Path) -> None:
+    """Try to send the outbox, when a Cognee server is configured (what fails stays queued)."""
+    from .config import cognee_config
 
-    date = today or dt.date.today().isoformat()
-    store = NoteStore(folder, title, encoder=encoder)
-    known = {n.text for n in store.notes()}
-    notes, sources = [], []
-    for ex, kind, _ in chosen:
-        text = note_text(ex)
-        if text and text not in known:
-            known.add(text)
-            notes.append(Note("", ex.date or date, kind, text, session=session))
-            sources.append(ex)
-    added = store.add(notes, link_supersession=False, skip_known=True) if notes else []
-    source = {note.text: ex for note, ex in zip(notes, sources)}  # add() masks and may skip: match by text
-    passages = [Passage(f"{n.id}-x", n.date, passage_text(source[n.text])) for n in added if n.text in source]
-    backend = SQLiteBackend(folder / "passages.sqlite", store.encoder)
-    try:
-        backend.add(passages)
-    finally:
-        backend.close()
-    if added:
-        try:
-            reviser = load_reviser()
-        except ValueError as exc:
-            log.warning("reviser misconfigured (%s): using the embedded reviser", exc)
-            reviser = EmbeddedReviser()
-        ops, revision = revise_notes(store, reviser)
-        if revision is not None:
-            log.info("capture %s: revision %s by %s, %d operations", session, revision.id, revision.backend, len(ops))
-    return added, passages
+    config = cognee_config()
+    if config is not None:
+        from .sync import flush
+
+        flush(home, config)
 
 
 #: A session whose transcript has not changed for this long is taken as ended by a sweep.
@@ -321,8 +556,9 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
     Candidates are the sessions capture has seen for this project and, for Claude Code,
     the other transcripts in `folder` (the host keeps one folder per project; the session
     id is the file name). A transcript written to in the last `SWEEP_QUIET_S` seconds is
-    left alone: that session may still be running. Errors on one transcript are logged
-    and the sweep goes on.
+    left alone: that session may still be running. A capture of the project cut short
+    (`PendingCapture`) is finished in any case. Errors on one transcript are logged and the
+    sweep goes on.
     """
     from .config import project_root
 
@@ -346,14 +582,25 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
                 continue
             if session != exclude and now - st.st_mtime >= SWEEP_QUIET_S and st.st_size > state.get(session)[0]:
                 todo.append((st.st_mtime, session, path))
+        todo = sorted(todo, reverse=True)[:SWEEP_MAX]
+        # a capture cut short is finished whether or not its session still runs: it only
+        # writes what its record holds
+        unfinished = [s for s in state.pending_sessions(root) if s != exclude and s not in {t[1] for t in todo}]
     finally:
         state.close()
     results = []
-    for _, session, path in sorted(todo, reverse=True)[:SWEEP_MAX]:
+    for session in unfinished:
+        try:
+            done = finish_pending(session, home=home, model=model)
+            if done is not None:
+                results.append(done)
+        except Exception as exc:
+            _log_failure(f"sweep: finishing the capture of {session} cut short", exc)
+    for _, session, path in todo:
         try:
             results.append(capture(path, session, cwd, final=True, home=home, model=model))
-        except Exception:
-            log.exception("sweep: capture of %s (%s) failed", session, path)
+        except Exception as exc:
+            _log_failure(f"sweep: capture of {session} ({path})", exc)
     from .config import cognee_config
 
     config = cognee_config()
@@ -362,3 +609,25 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
 
         flush(home, config)
     return results
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk (or the user's quota) is full: `OSError` ENOSPC or
+    EDQUOT, or SQLite's SQLITE_FULL (13, https://sqlite.org/rescode.html#full)."""
+    import errno
+    import sqlite3
+
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    return isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == 13
+
+
+def _log_failure(what: str, exc: Exception) -> None:
+    """A failure in the log: one line for what the machine did (a full disk, a file that
+    cannot be opened, a locked database), the traceback for anything else (a bug)."""
+    import sqlite3
+
+    if isinstance(exc, (OSError, sqlite3.Error)):
+        log.error("%s failed: %s: %s", what, type(exc).__name__, exc)
+    else:
+        log.exception("%s failed", what)

@@ -42,7 +42,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _capture(args: argparse.Namespace) -> int:
-    from .capture import capture, sweep
+    from .capture import capture, disk_full, sweep
     from .config import memsift_home
     from .hook import setup_logging
 
@@ -60,10 +60,16 @@ def _capture(args: argparse.Namespace) -> int:
     except Exception as exc:
         if args.log:  # the hooks' detached runs: the traceback goes to capture.log
             logging.getLogger("memsift").exception("capture failed")
-        print(f"memsift capture: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if disk_full(exc):
+            print(f"memsift capture: the disk holding {home} is full ({exc}); nothing is lost: "
+                  "run it again once there is room and it finishes where it stopped", file=sys.stderr)
+        else:
+            print(f"memsift capture: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     for r in results:
-        print(f"{r.session}: {r.exchanges} exchanges read, notes added {r.kept or 'none'}"
+        print(f"{r.session}: "
+              + (f"finished the capture cut short (notes {r.finished}); " if r.finished else "")
+              + f"{r.exchanges} exchanges read, notes added {r.kept or 'none'}"
               + (f" ({r.skipped})" if r.skipped else ""))
     return 0
 

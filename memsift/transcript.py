@@ -237,3 +237,38 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
         # a last line still being written may hold the end of the answer: wait for it
         if final and user is not None and last == os.fstat(fh.fileno()).st_size:
             yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, end, date)
+
+
+#: Lines `session_cwd` reads at most from the start of a transcript.
+CWD_MAX_LINES = 500
+
+
+def session_cwd(path: str | Path) -> str | None:
+    """The folder the session started in, as its transcript records it, else None.
+
+    Claude Code puts a `cwd` on each conversation line (it follows the agent's `cd`; the
+    first one is where the session started); a Codex rollout puts it in the `session_meta`
+    line's payload, and again in each `turn_context` (research file `hosts.md`, sections
+    C and D5). The first of these within `CWD_MAX_LINES` lines is returned. Raises
+    `OSError` if the file cannot be opened.
+    """
+    with open(path, "rb") as fh:
+        for n, (_, _, line) in enumerate(_lines(fh, 0)):
+            if n >= CWD_MAX_LINES:
+                return None
+            if line is None or b'"cwd"' not in line:
+                continue
+            try:
+                entry = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if not isinstance(entry, dict):
+                continue
+            payload = entry.get("payload")
+            if entry.get("type") in ("session_meta", "turn_context") and isinstance(payload, dict):
+                cwd = payload.get("cwd")
+            else:
+                cwd = entry.get("cwd")
+            if isinstance(cwd, str) and cwd.strip():
+                return cwd
+    return None
