@@ -550,6 +550,21 @@ SWEEP_QUIET_S = 30 * 60
 SWEEP_MAX = 20
 
 
+def _reindex(root: Path, home: Path, encoder) -> None:
+    """Bring the project's notes index up to date with its Markdown (after an encoder change,
+    a bulk edit or a lost index, which the prompt hook leaves to this), logging a failure."""
+    from .config import project_dir
+    from .notes import NoteStore
+
+    store = NoteStore(project_dir(root, home), root.name, encoder=encoder)
+    if not store.markdown.exists():
+        return
+    try:
+        store.reindex()
+    except Exception as exc:
+        _log_failure(f"sweep: reindexing the notes of {root}", exc)
+
+
 def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None, model=None) -> list[CaptureResult]:
     """Capture, as ended, the project's other sessions that have uncaptured exchanges.
 
@@ -558,7 +573,8 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
     id is the file name). A transcript written to in the last `SWEEP_QUIET_S` seconds is
     left alone: that session may still be running. A capture of the project cut short
     (`PendingCapture`) is finished in any case. Errors on one transcript are logged and the
-    sweep goes on.
+    sweep goes on. Last, the project's notes index is rebuilt where it lags the Markdown
+    (`NoteStore.reindex`).
     """
     from .config import project_root
 
@@ -601,6 +617,7 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
             results.append(capture(path, session, cwd, final=True, home=home, model=model))
         except Exception as exc:
             _log_failure(f"sweep: capture of {session} ({path})", exc)
+    _reindex(Path(root), home, getattr(model, "encoder", None))
     from .config import cognee_config
 
     config = cognee_config()

@@ -232,14 +232,19 @@ class NoteStore:
     def reindex(self) -> int:
         """Rebuild the index from the Markdown, embedding every note it lacks (out of the
         prompt path: capture, the session-start sweep, `memsift notes reindex`). Returns the
-        number of notes embedded. The embedding runs outside the lock; the index is written
+        number of notes embedded (0, writing nothing, when the index is up to date). The
+        embedding runs outside the lock; the index is written
         under it, from the Markdown as it is then.
 
         Raises `OSError` or `sqlite3.Error` when the index cannot be written.
         """
         if not self.markdown.exists():
             return 0
-        before = self._indexed_vectors({})
+        meta: dict[str, str] = {}
+        before = self._indexed_vectors(meta)
+        if (meta.get("encoder") == self.encoder.name and meta.get("missing") == "0"
+                and meta.get("markdown_sha") == self._markdown_state()["markdown_sha"]):
+            return 0  # up to date
         fresh = self._embed([n for n in self.read(strict=False).notes if text_hash(indexed_text(n)) not in before])
         with self.lock():
             current = self.read(strict=False)

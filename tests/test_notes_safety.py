@@ -181,6 +181,15 @@ def test_a_lost_index_is_not_rebuilt_in_the_prompt_and_comes_back_by_reindex(pro
     assert b"N001" in done.stdout
 
 
+def test_the_session_start_sweep_rebuilds_a_lost_index(project, memsift_home):
+    add(project, ADYEN, env={"MEMSIFT_ENCODER": "hashing-v1"})
+    folder = notes_dir(memsift_home)
+    (folder / "index.sqlite").unlink()
+    done = run_memsift("capture", "--sweep", f"--cwd={project}", "--log", env={"MEMSIFT_ENCODER": "hashing-v1"})
+    assert done.returncode == 0, done.stderr
+    assert index_meta(folder)["missing"] == "0"
+
+
 def test_a_few_notes_edited_by_hand_are_indexed_in_the_prompt(project, memsift_home):
     add(project, "Deploys go out on Tuesdays only, never on Fridays.", kind="convention")
     folder = notes_dir(memsift_home)
