@@ -244,14 +244,14 @@ def _notes_list(args: argparse.Namespace) -> int:
     except NotesFormatError as exc:
         print(f"memsift notes list: {exc}", file=sys.stderr)
         return 1
-    from .injection import find
+    from .recall import instruction_in
     from .transcript import escape_stored
 
     print(f"# {store.markdown}")
     flagged = 0
     for n in notes:
         status = f" (superseded by {n.superseded_by})" if n.superseded_by else ""
-        finding = find(n.text)
+        finding = instruction_in(n.text)  # the part of the note a paste would read
         forged = escape_stored(n.text) != n.text
         mark = "! " if finding or forged else ""
         print(f"{mark}{n.id} · {n.date} · {n.kind}{status}: {n.text}")

@@ -9,7 +9,9 @@ For one user message (`Recaller.recall`):
 3. topic: if the message's subject is not a choice, a constraint or a problem, stop;
 4. passages: the passage backend (within its budget) shortlists passages, one question
    per passage; those that pass are pasted;
-5. format: a few framed lines, capped at `Settings.max_chars`.
+5. format: a few framed lines, capped at `Settings.max_chars` (`render`): each item's text
+   bounded before anything reads it, masked, with memsift's own frame escaped, and quoted
+   as data when it reads like an instruction to the agent (`memsift.injection`).
 
 Items already pasted in the session (the ledger, and ids found in the transcript) and
 items whose content the conversation already holds are never pasted. Every step is traced
@@ -26,7 +28,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +38,9 @@ from .classifiers.features import MAX_EMBED_CHARS, content_tokens
 from .config import Settings
 from .notes import NoteStore
 from .transcript import Turn, escape_stored, frame_line
+
+if TYPE_CHECKING:
+    from .injection import Finding
 
 log = logging.getLogger("memsift")
 
@@ -125,8 +130,9 @@ def pasteable(text: str, room: int) -> str:
 
     window = text[: room + MASK_MARGIN_CHARS]
     more = len(window) < len(text)
-    flat = escape_stored(" ".join(mask(window).text.split()))
-    if find(flat) is None:
+    masked = mask(window).text
+    flat = escape_stored(" ".join(masked.split()))
+    if find(masked) is None:  # before the line breaks go: some shapes start a line
         return _cut(flat, room, more) if room > 1 else ""
     n = room - len(QUOTED) - 3
     while n > 1:
@@ -135,6 +141,16 @@ def pasteable(text: str, room: int) -> str:
             return body
         n -= len(body) - room
     return ""
+
+
+def instruction_in(text: str, max_chars: int | None = None) -> Finding | None:
+    """Why a stored `text` would be pasted quoted as data (`memsift.injection.find` over the
+    part `pasteable` reads of it, `max_chars` (default `Settings.max_chars`) plus
+    `MASK_MARGIN_CHARS`), or None. What lies past that part is never pasted."""
+    from .injection import find
+
+    limit = (Settings().max_chars if max_chars is None else max_chars) + MASK_MARGIN_CHARS
+    return find(text[:limit])
 
 
 def render(items: list[Item], max_chars: int) -> tuple[str, list[Item]]:
