@@ -20,6 +20,10 @@ from ..classifiers.features import CJK_CHARS
 from .base import BackendUnavailable, Passage, SearchResult
 
 _FTS_WORD = re.compile(r"\w{3,}", re.UNICODE)
+#: Characters of a passage's text that a search returns: more than recall ever reads of an
+#: item (`Settings.max_chars` + `recall.MASK_MARGIN_CHARS` to paste, `recall.JUDGE_CHARS` to
+#: judge), so that a prompt's cost does not grow with the longest passage stored.
+MAX_RESULT_CHARS = 8000
 _CJK_CHAR = re.compile(f"[{CJK_CHARS}]")
 
 
@@ -112,11 +116,14 @@ class SQLiteBackend:
                     )
 
     def search(self, query: str, query_vector: np.ndarray | None, k: int, budget_s: float) -> SearchResult:
+        """The top `k` passages for `query` (`hybrid_search`), each text cut to its first
+        `MAX_RESULT_CHARS`. Raises `BackendUnavailable` past `budget_s`."""
         start = time.monotonic()
         if query_vector is None:
             query_vector = self.encoder.query([query])[0]
         rows = self.db.execute(
-            "SELECT rowid, id, date, text, vector FROM passages WHERE encoder = ?", (self.encoder.name,)
+            "SELECT rowid, id, date, substr(text, 1, ?), vector FROM passages WHERE encoder = ?",
+            (MAX_RESULT_CHARS, self.encoder.name),
         ).fetchall()
         if not rows:
             return SearchResult([])

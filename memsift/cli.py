@@ -255,10 +255,24 @@ def _notes_list(args: argparse.Namespace) -> int:
     except NotesFormatError as exc:
         print(f"memsift notes list: {exc}", file=sys.stderr)
         return 1
+    from .recall import instruction_in
+    from .transcript import escape_stored
+
     print(f"# {store.markdown}")
+    flagged = 0
     for n in notes:
         status = f" (superseded by {n.superseded_by})" if n.superseded_by else ""
-        print(f"{n.id} · {n.date} · {n.kind}{status}: {n.text}")
+        finding = instruction_in(n.text)  # the part of the note a paste would read
+        forged = escape_stored(n.text) != n.text
+        mark = "! " if finding or forged else ""
+        print(f"{mark}{n.id} · {n.date} · {n.kind}{status}: {n.text}")
+        if finding:
+            print(f"    ! {finding.reason}; pasted quoted as data")
+        if forged:
+            print("    ! holds text shaped like memsift's own frame or header (or invisible characters); pasted escaped")
+        flagged += bool(mark)
+    if flagged:
+        print(f"# {flagged} note(s) marked ! : fix them with `memsift notes edit`")
     return 0
 
 

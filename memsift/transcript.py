@@ -30,13 +30,37 @@ TAIL_BYTES = 512 * 1024
 _WRAPPER = re.compile(r"<(system-reminder|command-name|local-command-stdout)>.*?</\1>", re.DOTALL)
 #: How memsift frames each pasted item (`frame_line`); ids are read back from it.
 FRAME = re.compile(r"\[memsift (?:note|passage) (?P<id>[^\s\]·]+)")
+#: What in a stored text could pass for memsift's own framing: a frame's opening (`[memsift`,
+#: any case, an ASCII or a full-width bracket, spaces or zero-width characters between) and
+#: the paste header's opening (`memsift recall (` / `memsift recall:`, see `recall.HEADER`).
+_FORGED_FRAME = re.compile(r"(?i)[\[\uff3b\u3010\u3014\u27e6](?=[\s\u200b-\u200f\u2060\ufeff]*m\s*e\s*m\s*s\s*i\s*f\s*t)")
+_FORGED_HEADER = re.compile(r"(?i)\b(memsift)\s+(recall)(?=\s*[(:])")
+#: Invisible characters that could hide a forged frame from a reader or from `FRAME`:
+#: zero-width spaces and joiners, bidirectional overrides and isolates, the BOM.
+_INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def escape_stored(text: str) -> str:
+    """`text` (a stored note or passage) with nothing that reads as memsift's own frame or
+    header: a bracket opening `memsift` becomes `(`, `memsift recall (` becomes
+    `memsift-recall (`, and invisible characters are dropped.
+
+    After it, `FRAME` finds nothing in the text, so only memsift's own frames are read back
+    as pasted ids. Idempotent; it never lengthens the text.
+    """
+    text = _INVISIBLE.sub("", text)
+    text = _FORGED_FRAME.sub("(", text)
+    return _FORGED_HEADER.sub(r"\1-\2", text)
 
 
 def frame_line(tier: str, item_id: str, date: str, kind: str | None, text: str) -> str:
     """One framed item, as pasted and as stored on a memory server:
-    `[memsift note N07 · 2026-08-14 · decision] text` (empty fields left out)."""
+    `[memsift note N07 · 2026-08-14 · decision] text` (empty fields left out).
+
+    `text` goes through `escape_stored`, so the frame written here is the line's only one.
+    """
     meta = " · ".join(x for x in (item_id, date, kind) if x)
-    return f"[memsift {tier} {meta}] {text}"
+    return f"[memsift {tier} {meta}] {escape_stored(text)}"
 
 
 @dataclass(frozen=True)
