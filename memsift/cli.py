@@ -247,14 +247,11 @@ def _notes_add(args: argparse.Namespace) -> int:
 
 
 def _notes_list(args: argparse.Namespace) -> int:
-    from .notes import NotesFormatError
-
     store = _store(args.project)
-    try:
-        notes = store.notes()
-    except NotesFormatError as exc:
-        print(f"memsift notes list: {exc}", file=sys.stderr)
-        return 1
+    parsed = store.read(strict=False)  # as recall reads it: what is wrong is said, the rest listed
+    notes = parsed.notes
+    for problem in parsed.problems:
+        print(f"memsift notes list: {problem}", file=sys.stderr)
     from .recall import instruction_in
     from .transcript import escape_stored
 

@@ -179,7 +179,8 @@ def test_judge_reads_a_bounded_text(tmp_path, encoder, scripted):
     from memsift.recall import JUDGE_CHARS
 
     notes = NoteStore(tmp_path / "notes", "shop", encoder=encoder)
-    notes.add([Note("N1", "2026-06-01", "context", "Payments log. " * 2_000)], link_supersession=False)
+    notes.folder.mkdir()  # a long note can only come from editing the file by hand
+    notes.markdown.write_text("## N1 · 2026-06-01 · context\n" + "Payments log. " * 2_000 + "\n", encoding="utf-8")
     seen = []
 
     class Spy(scripted):
