@@ -352,8 +352,11 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
     for _, session, path in sorted(todo, reverse=True)[:SWEEP_MAX]:
         try:
             results.append(capture(path, session, cwd, final=True, home=home, model=model))
-        except Exception:
+        except Exception as exc:
+            from .runlog import record_failure
+
             log.exception("sweep: capture of %s (%s) failed", session, path)
+            record_failure(home, "capture", exc, session=session, project=root)
     from .config import cognee_config
 
     config = cognee_config()
