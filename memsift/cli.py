@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+from contextlib import closing
 from pathlib import Path
 
 
@@ -106,14 +107,10 @@ def _log(args: argparse.Namespace) -> int:
     from .runlog import RunLog
 
     try:  # read only: a read-only or full home reads as well as any
-        runs = RunLog(memsift_home() / "runs.sqlite", readonly=True)
+        with closing(RunLog(memsift_home() / "runs.sqlite", readonly=True)) as runs:
+            rows = runs.last(args.n)
     except FileNotFoundError:
         rows = []
-    else:
-        try:
-            rows = runs.last(args.n)
-        finally:
-            runs.close()
     if not rows:
         print("no hook runs logged yet")
     for r in rows:
@@ -129,14 +126,10 @@ def _why(args: argparse.Namespace) -> int:
     from .runlog import RunLog
 
     try:
-        runs = RunLog(memsift_home() / "runs.sqlite", readonly=True)
+        with closing(RunLog(memsift_home() / "runs.sqlite", readonly=True)) as runs:
+            row = runs.get(args.run)
     except FileNotFoundError:
         row = None
-    else:
-        try:
-            row = runs.get(args.run)
-        finally:
-            runs.close()
     if row is None:
         print(f"memsift why: no run {args.run} (see memsift log)", file=sys.stderr)
         return 1
@@ -209,11 +202,8 @@ def _status(args: argparse.Namespace) -> int:
             cannot("notes", exc)
     if folder is not None and (folder / "passages.sqlite").exists():
         try:
-            db = read_state(folder / "passages.sqlite")
-            try:
+            with closing(read_state(folder / "passages.sqlite")) as db:
                 print(f"passages   {db.execute('SELECT COUNT(*) FROM passages').fetchone()[0]} (local)")
-            finally:
-                db.close()
         except (sqlite3.Error, OSError) as exc:
             cannot("passages", exc)
     print(f"paused     {pause_state(home)}")
@@ -228,37 +218,28 @@ def _status(args: argparse.Namespace) -> int:
                   if on]
     if configured and (home / "services.sqlite").exists():
         try:
-            breakers = Breakers(home / "services.sqlite", readonly=True)
-            try:
+            with closing(Breakers(home / "services.sqlite", readonly=True)) as breakers:
                 for service in configured:
                     st = breakers.state(service)
                     if st.state != "closed":
                         print(f"  {service}: {st.state} since {dt.datetime.fromtimestamp(st.since):%Y-%m-%d %H:%M} "
                               f"({st.reason})")
-            finally:
-                breakers.close()
         except (sqlite3.Error, OSError) as exc:
             cannot("breakers", exc)
     if (home / "outbox.sqlite").exists():
         try:
-            db = read_state(home / "outbox.sqlite")
-            try:
+            with closing(read_state(home / "outbox.sqlite")) as db:  # Outbox.pending(), counted without writing
                 print(f"outbox     {db.execute('SELECT COUNT(*) FROM outbox').fetchone()[0]} waiting")
-            finally:
-                db.close()
         except (sqlite3.Error, OSError) as exc:
             cannot("outbox", exc)
     if (home / "runs.sqlite").exists():
         try:
-            runs = RunLog(home / "runs.sqlite", readonly=True)
-            try:
+            with closing(RunLog(home / "runs.sqlite", readonly=True)) as runs:
                 for r in runs.errors():
                     when = dt.datetime.fromtimestamp(r["at"]).strftime("%m-%d %H:%M")
                     print(f"error      run {r['id']}, {when}: {r['event']}"
                           + (f" of session {r['session'][:8]}" if r["session"] else "")
                           + f": {r['error']} (logs/{_LOG_FILE.get(r['event'], 'hook.log')})")
-            finally:
-                runs.close()
         except (sqlite3.Error, OSError) as exc:
             cannot("runs", exc)
     return 1 if failed else 0
