@@ -19,12 +19,26 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import open_state
+from .config import open_state, read_state
 
 #: Seconds an open breaker skips its service before letting one probe through.
 COOLDOWN_S = 60.0
 
 LABELS = {"cognee": "the Cognee memory server", "decision": "the remote decision model"}
+
+#: What each service's pause means for the user, told when its breaker opens and closes.
+#: The memory server holds memories; the decision model holds none: while it is paused the
+#: embedded model decides in its place.
+PAUSED = {
+    "cognee": "memsift: recall from the Cognee memory server is paused since {when} ({reason}); its memories are "
+              "unavailable until it answers again. Local notes still work.",
+    "decision": "memsift: the remote decision model is paused since {when} ({reason}); memsift decides with its "
+                "embedded model until the remote one answers again. Recall still works.",
+}
+RESUMED = {
+    "cognee": "memsift: recall from the Cognee memory server has resumed.",
+    "decision": "memsift: the remote decision model answers again and decides from now on.",
+}
 
 
 @dataclass(frozen=True)
@@ -41,8 +55,13 @@ class BreakerState:
 class Breakers:
     """The breakers of all services, in one SQLite file (see the module docstring)."""
 
-    def __init__(self, path: Path | str, cooldown_s: float = COOLDOWN_S) -> None:
+    def __init__(self, path: Path | str, cooldown_s: float = COOLDOWN_S, *, readonly: bool = False) -> None:
+        """`readonly` (for `memsift status`): opened by `config.read_state`, so the file must
+        exist (`FileNotFoundError`) and only `state` can be called."""
         self.cooldown_s = cooldown_s
+        if readonly:
+            self.db = read_state(path)
+            return
         self.db = open_state(
             path,
             """
@@ -57,6 +76,7 @@ class Breakers:
         )
 
     def state(self, service: str) -> BreakerState:
+        """`service`'s breaker (closed when it never failed)."""
         row = self.db.execute("SELECT state, since, reason FROM breakers WHERE service = ?", (service,)).fetchone()
         return BreakerState(service, *row) if row else BreakerState(service, "closed", None, None)
 
@@ -88,9 +108,9 @@ class Breakers:
                     "state = 'open', since = excluded.since, reason = excluded.reason, probe_at = excluded.probe_at, "
                     "epoch = excluded.epoch", (service, now, reason, now + self.cooldown_s, epoch))
                 when = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+                text = PAUSED.get(service, "memsift: {label} is paused since {when} ({reason}).")
                 self.db.execute("INSERT OR IGNORE INTO notices VALUES (?, ?, 'paused', ?, ?)", (
-                    service, epoch, f"memsift: recall from {LABELS.get(service, service)} is paused since {when} "
-                    f"({reason}); its memories are unavailable until it answers again. Local notes still work.", now))
+                    service, epoch, text.format(label=LABELS.get(service, service), when=when, reason=reason), now))
             else:
                 self.db.execute("UPDATE breakers SET state = 'open', reason = ?, probe_at = ? WHERE service = ?",
                                 (reason, now + self.cooldown_s, service))
@@ -105,8 +125,8 @@ class Breakers:
                 return
             self.db.execute("UPDATE breakers SET state = 'closed', since = NULL, reason = NULL WHERE service = ?",
                             (service,))
-            self.db.execute("INSERT OR IGNORE INTO notices VALUES (?, ?, 'resumed', ?, ?)", (
-                service, row[1], f"memsift: recall from {LABELS.get(service, service)} has resumed.", now))
+            text = RESUMED.get(service, "memsift: {label} has resumed.").format(label=LABELS.get(service, service))
+            self.db.execute("INSERT OR IGNORE INTO notices VALUES (?, ?, 'resumed', ?, ?)", (service, row[1], text, now))
 
     def take_notices(self, scope: str) -> list[str]:
         """The notices `scope` (a session) has not been given yet, oldest first; each is

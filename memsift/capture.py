@@ -611,12 +611,18 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
             if done is not None:
                 results.append(done)
         except Exception as exc:
+            from .runlog import record_failure
+
             _log_failure(f"sweep: finishing the capture of {session} cut short", exc)
+            record_failure(home, "capture", exc, session=session, project=root)
     for _, session, path in todo:
         try:
             results.append(capture(path, session, cwd, final=True, home=home, model=model))
         except Exception as exc:
+            from .runlog import record_failure
+
             _log_failure(f"sweep: capture of {session} ({path})", exc)
+            record_failure(home, "capture", exc, session=session, project=root)
     _reindex(Path(root), home, getattr(model, "encoder", None))
     from .config import cognee_config
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+from contextlib import closing
 from pathlib import Path
 
 
@@ -58,8 +59,11 @@ def _capture(args: argparse.Namespace) -> int:
             print("memsift capture: give --transcript and --session, or --sweep", file=sys.stderr)
             return 2
     except Exception as exc:
+        from .runlog import record_failure
+
         if args.log:  # the hooks' detached runs: the traceback goes to capture.log
             logging.getLogger("memsift").exception("capture failed")
+        record_failure(home, "capture", exc, session=args.session or "", project=str(args.cwd))
         if disk_full(exc):
             print(f"memsift capture: the disk holding {home} is full ({exc}); nothing is lost: "
                   "run it again once there is room and it finishes where it stopped", file=sys.stderr)
@@ -105,19 +109,20 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def _log(args: argparse.Namespace) -> int:
-    import datetime as dt
-
     from .config import memsift_home
     from .runlog import RunLog
 
-    runs = RunLog(memsift_home() / "runs.sqlite")
-    rows = runs.last(args.n)
-    runs.close()
+    try:  # read only: a read-only or full home reads as well as any
+        with closing(RunLog(memsift_home() / "runs.sqlite", readonly=True)) as runs:
+            rows = runs.last(args.n)
+    except FileNotFoundError:
+        rows = []
     if not rows:
         print("no hook runs logged yet")
     for r in rows:
         when = dt.datetime.fromtimestamp(r["at"]).strftime("%m-%d %H:%M:%S")
-        what = f"error {r['error']}" if r["error"] else f"{r['genre'] or '-':<22} pasted {','.join(r['pasted'] or []) or '-'}"
+        what = (f"error in {r['event']}: {r['error']}" if r["error"]
+                else f"{r['genre'] or '-':<22} pasted {','.join(r['pasted'] or []) or '-'}")
         print(f"{r['id']:>5}  {when}  {(r['session'] or '')[:8]:<8}  {what}  {r['ms']:.0f} ms")
     return 0
 
@@ -126,9 +131,11 @@ def _why(args: argparse.Namespace) -> int:
     from .config import memsift_home
     from .runlog import RunLog
 
-    runs = RunLog(memsift_home() / "runs.sqlite")
-    row = runs.get(args.run)
-    runs.close()
+    try:
+        with closing(RunLog(memsift_home() / "runs.sqlite", readonly=True)) as runs:
+            row = runs.get(args.run)
+    except FileNotFoundError:
+        row = None
     if row is None:
         print(f"memsift why: no run {args.run} (see memsift log)", file=sys.stderr)
         return 1
@@ -144,7 +151,7 @@ def _why(args: argparse.Namespace) -> int:
     for notice in row["notices"] or []:
         print(f"  notice: {notice}")
     if row["error"]:
-        print(f"  error: {row['error']} (details in logs/hook.log)")
+        print(f"  error: {row['error']} (details in logs/{_LOG_FILE.get(row['event'], 'hook.log')})")
     return 0
 
 
@@ -159,59 +166,105 @@ def _pause(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The log file that holds a failed run's traceback, by event (the hooks log to hook.log).
+_LOG_FILE = {"capture": "capture.log"}
+
+#: Commands that work without a current folder (deleted under the shell): they say so.
+_CWD_OPTIONAL = {"status", "doctor"}
+
+
 def _status(args: argparse.Namespace) -> int:
+    """Print what can be read of the project's and memsift's state, one line for each part
+    that cannot (exit 1 then). Only reads: a read-only or full home shows as well as any."""
     import sqlite3
 
     from .breaker import Breakers
-    from .config import cognee_config, environment, memsift_home, project_dir, project_root
+    from .config import cognee_config, environment, memsift_home, project_dir, project_root, read_state
     from .notes import NoteStore, NotesFormatError
-    from .outbox import Outbox
     from .runlog import RunLog, pause_state
 
     home = memsift_home()
-    root = project_root(args.project)
-    folder = project_dir(root, home)
-    print(f"project    {root}\nmemory     {folder}")
-    try:
-        notes = NoteStore(folder, root.name).notes()
-        print(f"notes      {sum(n.active for n in notes)} active, {sum(not n.active for n in notes)} superseded")
-    except NotesFormatError as exc:
-        print(f"notes      unreadable: {exc}")
-    if (folder / "passages.sqlite").exists():
-        with sqlite3.connect(folder / "passages.sqlite") as db:
-            print(f"passages   {db.execute('SELECT COUNT(*) FROM passages').fetchone()[0]} (local)")
+    failed = []
+
+    def cannot(what: str, exc: BaseException) -> None:
+        failed.append(what)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"{what:<10} unreadable: {reason}" + (f" ({exc.filename})" if getattr(exc, "filename", None) else ""))
+
+    if args.project is None:
+        folder = None
+        print("project    none: the current folder no longer exists (give --project FOLDER)")
+    else:
+        root = project_root(args.project)
+        folder = project_dir(root, home)
+        print(f"project    {root}\nmemory     {folder}")
+        try:
+            notes = NoteStore(folder, root.name).read(strict=False)
+            active = sum(n.active for n in notes.notes)
+            print(f"notes      {active} active, {len(notes.notes) - active} superseded"
+                  + (f"; {len(notes.problems)} problem(s), first {notes.problems[0]} (memsift notes edit)"
+                     if notes.problems else ""))
+        except (NotesFormatError, OSError) as exc:
+            cannot("notes", exc)
+    if folder is not None and (folder / "passages.sqlite").exists():
+        try:
+            with closing(read_state(folder / "passages.sqlite")) as db:
+                print(f"passages   {db.execute('SELECT COUNT(*) FROM passages').fetchone()[0]} (local)")
+        except (sqlite3.Error, OSError) as exc:
+            cannot("passages", exc)
     print(f"paused     {pause_state(home)}")
-    cognee = cognee_config()
-    decision = environment().get("MEMSIFT_DECISION_API") or "embedded"
+    env = environment()
+    cognee = cognee_config(env)
+    decision = (env.get("MEMSIFT_DECISION_API") or "").strip() or "embedded"
     print(f"decisions  {decision}")
     print(f"cognee     {cognee.url if cognee else 'not configured'}")
-    if (home / "services.sqlite").exists():
-        breakers = Breakers(home / "services.sqlite")
-        for service in ("cognee", "decision"):
-            st = breakers.state(service)
-            if st.state != "closed":
-                print(f"  {service}: {st.state} since {dt.datetime.fromtimestamp(st.since):%Y-%m-%d %H:%M} ({st.reason})")
-        breakers.close()
+    # a breaker shows only while its service is configured: one left open by a remote model
+    # the user has since left is no concern of theirs
+    configured = [name for name, on in (("cognee", cognee is not None), ("decision", decision.lower() != "embedded"))
+                  if on]
+    if configured and (home / "services.sqlite").exists():
+        try:
+            with closing(Breakers(home / "services.sqlite", readonly=True)) as breakers:
+                for service in configured:
+                    st = breakers.state(service)
+                    if st.state != "closed":
+                        print(f"  {service}: {st.state} since {dt.datetime.fromtimestamp(st.since):%Y-%m-%d %H:%M} "
+                              f"({st.reason})")
+        except (sqlite3.Error, OSError) as exc:
+            cannot("breakers", exc)
     if (home / "outbox.sqlite").exists():
-        box = Outbox(home / "outbox.sqlite")
-        print(f"outbox     {len(box.pending())} waiting")
-        box.close()
+        try:
+            with closing(read_state(home / "outbox.sqlite")) as db:  # Outbox.pending(), counted without writing
+                print(f"outbox     {db.execute('SELECT COUNT(*) FROM outbox').fetchone()[0]} waiting")
+        except (sqlite3.Error, OSError) as exc:
+            cannot("outbox", exc)
     if (home / "runs.sqlite").exists():
-        runs = RunLog(home / "runs.sqlite")
-        for r in runs.errors():
-            print(f"error      run {r['id']}: {r['event']}: {r['error']}")
-        runs.close()
-    return 0
+        try:
+            with closing(RunLog(home / "runs.sqlite", readonly=True)) as runs:
+                for r in runs.errors():
+                    when = dt.datetime.fromtimestamp(r["at"]).strftime("%m-%d %H:%M")
+                    print(f"error      run {r['id']}, {when}: {r['event']}"
+                          + (f" of session {r['session'][:8]}" if r["session"] else "")
+                          + f": {r['error']} (logs/{_LOG_FILE.get(r['event'], 'hook.log')})")
+        except (sqlite3.Error, OSError) as exc:
+            cannot("runs", exc)
+    return 1 if failed else 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
     from .config import project_root
     from .doctor import checks
 
-    results = checks(project_root(args.project))
+    results = checks(None if args.project is None else project_root(args.project))
     for ok, message in results:
         print(f"{'ok  ' if ok else 'FIX '} {message}")
     return 0 if all(ok for ok, _ in results) else 1
+
+
+def _clip(text: str, n: int = 70) -> str:
+    """`text` on one line, at most `n` characters, cut with "…"."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
 def _store(project: str, encoder=None):
@@ -240,7 +293,7 @@ def _notes_add(args: argparse.Namespace) -> int:
     print(f"{note.id} · {note.date} · {note.kind}  ({store.markdown})")
     for old in store.notes():
         if old.superseded_by == note.id:
-            print(f"  supersedes {old.id}: {old.text[:70]}")
+            print(f"  supersedes {old.id}: {_clip(old.text)}")
     for warning in store.warnings:
         print(f"memsift notes add: {warning}", file=sys.stderr)
     return 0
@@ -291,7 +344,7 @@ def _notes_show(args: argparse.Namespace) -> int:
     print(n.text)
     for other in notes.values():
         if other.superseded_by == n.id:
-            print(f"(supersedes {other.id}: {other.text[:70]})")
+            print(f"(supersedes {other.id}: {_clip(other.text)})")
     return 0
 
 
@@ -424,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("capture", help="keep what a session's transcript holds worth keeping (notes and passages)")
     p.add_argument("--transcript", help="a Claude Code transcript or Codex rollout (JSONL)")
     p.add_argument("--session", help="the session id (capture progress is kept per session)")
-    p.add_argument("--cwd", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--cwd", default=None, help="a folder of the project (default: here)")
     p.add_argument("--final", action="store_true", help="the session ended: its last exchange is complete")
     p.add_argument("--sweep", action="store_true", help="capture the project's other sessions that ended uncaptured")
     p.add_argument("--exclude", help="with --sweep: a session to leave alone (the current one)")
@@ -451,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=_install)
 
     p = sub.add_parser("status", help="which project, its notes, services and their breakers, the last errors")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_status)
     p = sub.add_parser("log", help="the last prompts the hook handled: genre, what was pasted, how long it took")
     p.add_argument("-n", type=_positive, default=20, help="how many (default 20)")
@@ -465,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=_pause)
 
     p = sub.add_parser("doctor", help="check the hooks, this Python, the services and the host's memory file")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_doctor)
 
     p = sub.add_parser("sync", help="send what waits in the outbox to the Cognee server now")
@@ -473,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("recall", help="run the cascade on one message and print its trace")
     p.add_argument("message", help="the message, as you would type it to the agent")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_recall)
 
     notes = sub.add_parser("notes", help="the project's local notes").add_subparsers(dest="notes_command", required=True)
@@ -482,40 +535,79 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", required=True, choices=["decision", "constraint", "incident", "convention", "context"],
                    help="what the note records")
     p.add_argument("--date", default=dt.date.today().isoformat(), help="YYYY-MM-DD (default: today)")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_add)
     p = notes.add_parser("list", help="print the notes file's path and its notes")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_list)
     p = notes.add_parser("show", help="one note, its status and what it supersedes")
     p.add_argument("id", help="a note id, e.g. N012")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_show)
     p = notes.add_parser("edit", help="open the notes file in $VISUAL or $EDITOR, then check it")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_edit)
     p = notes.add_parser("revise", help="tidy the notes file by line operations (duplicates, superseded notes)")
     p.add_argument("--dry-run", action="store_true", help="print the operations, change nothing")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_revise)
     p = notes.add_parser("undo", help="revert a revision of the notes file (default: the last), keeping later changes")
     p.add_argument("revision", nargs="?", help="a revision id from `memsift notes history`, e.g. R0003")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_undo)
     p = notes.add_parser("history", help="every revision of the notes file: who proposed it, when, undone or not")
     p.add_argument("--ops", action="store_true", help="also print each revision's line operations")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_history)
     p = notes.add_parser("reindex", help="rebuild the notes index (after an encoder change or a bulk edit)")
-    p.add_argument("--project", default=os.getcwd(), help="a folder of the project (default: here)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_reindex)
     return parser
 
 
+def _command(args: argparse.Namespace) -> str:
+    """The command as typed, for messages: `memsift notes add`, `memsift status`."""
+    return " ".join(["memsift", args.command] + ([args.notes_command] if getattr(args, "notes_command", None) else []))
+
+
+class _NoFolder(Exception):
+    """The current folder is gone and the command needs one."""
+
+
+def _folders(args: argparse.Namespace) -> None:
+    """`--project` / `--cwd` as absolute paths, the current folder when not given, resolved
+    only now and only for the commands that take them. The current folder may have been
+    deleted under the shell: `status` and `doctor` then get None and say so; the others
+    raise `_NoFolder`."""
+    for name in ("project", "cwd"):
+        if not hasattr(args, name):
+            continue
+        value = getattr(args, name)
+        try:
+            setattr(args, name, os.getcwd() if value is None else os.path.abspath(os.path.expanduser(value)))
+        except FileNotFoundError:
+            if value is not None or args.command not in _CWD_OPTIONAL:
+                raise _NoFolder(name) from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`memsift ...`: the command's exit code; an error is one line on stderr, never a traceback
+    (a bug still gets one)."""
     args = build_parser().parse_args(argv)
     try:
+        _folders(args)
         return args.func(args)
+    except _NoFolder as exc:
+        print(f"{_command(args)}: the current folder no longer exists; cd to the project or give --{exc} FOLDER",
+              file=sys.stderr)
+        return 1
     except OSError as exc:  # an unwritable or misplaced MEMSIFT_HOME, a full disk: say so, no traceback
-        print(f"memsift {args.command}: {exc}", file=sys.stderr)
+        print(f"{_command(args)}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        import sqlite3
+
+        if not isinstance(exc, sqlite3.Error):
+            raise
+        print(f"{_command(args)}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -31,6 +31,35 @@ def open_state(path: Path | str, schema: str, *, autocommit: bool = False):
     return db
 
 
+def read_state(path: Path | str):
+    """A SQLite file of memsift's state opened for reading only, for the commands that only
+    read (`status`, `log`, `why`): nothing is created, no schema applied, no write tried.
+
+    Opens `mode=ro`, which sees what other sessions are writing through the WAL; where a
+    WAL database cannot be opened that way (its `-shm` file missing on a read-only or full
+    file system: https://www.sqlite.org/wal.html#readonly), opens it `immutable=1`, a
+    snapshot of the main file. Raises `FileNotFoundError` when `path` does not exist, and
+    `sqlite3.Error` for a file that cannot be read as a database.
+    """
+    import sqlite3
+
+    path = Path(path).absolute()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10.0)
+    try:
+        db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # the open is lazy: read once now
+    except sqlite3.OperationalError:
+        db.close()
+        db = sqlite3.connect(f"{path.as_uri()}?immutable=1", uri=True)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error:
+            db.close()
+            raise
+    return db
+
+
 def project_root(cwd: str | os.PathLike[str]) -> Path:
     """The git root above `cwd` (a folder holding `.git`, dir or file), else `cwd` itself.
 

@@ -4,7 +4,9 @@ Checks: the hooks are registered once per host (a plugin and `memsift install` t
 would run each hook twice: research note `hosts.md`, B6); this Python has memsift and its
 embedded model; the configured services answer; and the host's own memory file fits its
 load limits (Claude Code loads only the first 200 lines or 25 KB of `MEMORY.md`, whichever
-comes first: `hosts.md`, B7), naming the first line that would be cut.
+comes first: `hosts.md`, B7), naming the first line that would be cut; memsift's home takes
+a write (a probe file written atomically, then removed: a read-only or full home stops
+every capture and log); and the project's notes file reads, each problem with its line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from .install import InstallError, memsift_events, plugin_enabled, read_settings
 
 MEMORY_MAX_LINES = 200
 MEMORY_MAX_BYTES = 25_000
+#: Bytes of the home's write probe: 16 pages of SQLite's default 4,096-byte page
+#: (https://www.sqlite.org/pgszchng2016.html), about what one capture writes at the least.
+PROBE_BYTES = 16 * 4096
+#: Problems of the notes file listed one by one; the rest are counted.
+MAX_PROBLEMS = 5
 
 
 def claude_project_folder(cwd: Path, env: Mapping[str, str]) -> Path:
@@ -43,11 +50,59 @@ def memory_file_check(path: Path) -> tuple[bool, str]:
                    f"or {MEMORY_MAX_BYTES:,} bytes, so from line {cut_line} on ({first!r}) is never read")
 
 
-def checks(cwd: Path, env: Mapping[str, str] | None = None) -> list[tuple[bool, str]]:
-    """Each check as (ok, message)."""
-    from .config import environment
+def home_check(home: Path) -> tuple[bool, str]:
+    """Whether memsift can write in `home` (created if missing): `PROBE_BYTES` written by
+    `notes.atomic_write` (temp file, fsync, rename), then removed."""
+    import errno
+    import os
+
+    from .notes import atomic_write
+
+    probe = home / f".doctor-probe-{os.getpid()}"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        atomic_write(probe, b"\0" * PROBE_BYTES)  # removes its temp file when it fails
+        probe.unlink()
+    except OSError as exc:
+        why = {errno.EROFS: "is read-only", errno.ENOSPC: "is full", errno.EDQUOT: "is over its disk quota",
+               errno.EACCES: "is not writable by you", errno.EPERM: "is not writable by you"}.get(exc.errno)
+        return False, (f"memsift home {home} {why or f'cannot be written ({exc})'}: captures keep nothing and the hooks "
+                       "log nothing until it is fixed (MEMSIFT_HOME moves it)")
+    import shutil
+
+    free = shutil.disk_usage(home).free
+    return True, f"memsift home {home}: writable, {free / 2**20:,.0f} MiB free"
+
+
+def notes_check(root: Path, home: Path) -> list[tuple[bool, str]]:
+    """The project's notes file read leniently, as recall reads it: ok with its counts, or
+    one line per problem (file and line; `memsift notes edit` fixes them)."""
+    from .config import project_dir
+    from .notes import NoteStore, NotesFormatError
+
+    store = NoteStore(project_dir(root, home), root.name)
+    if not store.markdown.exists():
+        return [(True, f"notes: none yet for {root}")]
+    try:
+        read = store.read(strict=False)
+    except (NotesFormatError, OSError) as exc:
+        return [(False, f"notes unreadable: {exc}; recall cannot read them (memsift notes edit)")]
+    if not read.problems:
+        return [(True, f"notes: {store.markdown}, {len(read.notes)} notes, reads cleanly")]
+    out = [(False, f"notes: {problem}; recall reads the rest (memsift notes edit to fix it)")
+           for problem in read.problems[:MAX_PROBLEMS]]
+    if len(read.problems) > MAX_PROBLEMS:
+        out.append((False, f"notes: {len(read.problems) - MAX_PROBLEMS} more problems in {store.markdown}"))
+    return out
+
+
+def checks(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[tuple[bool, str]]:
+    """Each check as (ok, message). `cwd` is the project's folder; None when the current
+    folder was deleted (the project's checks are then skipped, and that is said)."""
+    from .config import environment, memsift_home
 
     env = environment() if env is None else env
+    home = Path(env["MEMSIFT_HOME"]).expanduser() if env.get("MEMSIFT_HOME") else memsift_home()
     out: list[tuple[bool, str]] = []
     out.append((True, f"python {sys.executable} ({sys.version.split()[0]}), memsift importable"))
     try:
@@ -89,6 +144,12 @@ def checks(cwd: Path, env: Mapping[str, str] | None = None) -> list[tuple[bool, 
     if env.get("MEMSIFT_DECISION_API") and env.get("MEMSIFT_DECISION_URL"):
         out.append(_reachable("remote decision model", env["MEMSIFT_DECISION_URL"]))
 
+    out.append(home_check(home))
+    if cwd is None:
+        out.append((False, "the current folder no longer exists: give --project FOLDER to check a project's notes "
+                           "and Claude Code's memory file"))
+        return out
+    out.extend(notes_check(cwd, home))
     memory = claude_project_folder(cwd, env) / "memory" / "MEMORY.md"
     if memory.exists():
         out.append(memory_file_check(memory))

@@ -192,8 +192,10 @@ def start_capture(payload: dict[str, Any], event: str) -> list[str] | None:
         return None
     flags = {"start_new_session": True} if os.name != "nt" else {
         "creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
+    # cwd: the project's folder from the payload, never the hook's own (the host may run the
+    # hook from a folder deleted since, where the capture could not even start)
     subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     close_fds=True, **flags)
+                     close_fds=True, cwd=payload["cwd"], **flags)
     return command
 
 
@@ -227,23 +229,8 @@ def run(event: str, stdin: bytes | None = None) -> int:
         log.warning("bad hook input: %s", exc)
     except Exception as exc:
         log.exception("hook %s failed; nothing pasted", event)
-        _record_failure(home, event, exc, (time.perf_counter() - start) * 1000)
+        from .runlog import record_failure
+
+        record_failure(home, event, exc, (time.perf_counter() - start) * 1000)
     log.info("hook %s done in %.0f ms", event, (time.perf_counter() - start) * 1000)
     return 0
-
-
-def _record_failure(home: Path, event: str, exc: BaseException, ms: float) -> None:
-    """A failed run in the run log: the exception's type and where it was raised (its
-    message may quote the prompt, so it stays in hook.log only)."""
-    import traceback
-
-    try:
-        from .runlog import RunLog
-
-        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
-        runs = RunLog(home / "runs.sqlite")
-        runs.record(event, ms=ms, error=f"{type(exc).__name__}{where}")
-        runs.close()
-    except Exception:  # the log is best effort; the hook still exits 0
-        pass

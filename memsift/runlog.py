@@ -4,7 +4,9 @@
 Every prompt the hook handles is one row of `<memsift home>/runs.sqlite` (WAL): when, the
 session and project, the prompt's length (never its text, as in the hook log), the
 genre, what was pasted, how long it took, the cascade's whole trace, any notice, and the
-error when the hook failed. Nothing here leaves the machine.
+error when the hook failed. A capture that fails (run by hand or detached by a hook) is a
+row too, of event `capture`, so that `memsift status` shows it beside the hooks' errors.
+Nothing here leaves the machine.
 
 `<memsift home>/pause.json` pauses recall for every session (`{"all": true}`) or for some
 (`{"sessions": [...]}`); the hook then pastes nothing and says so in this log.
@@ -17,12 +19,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import open_state
+from .config import open_state, read_state
+
 
 class RunLog:
-    """Rows of hook runs in SQLite."""
+    """Rows of hook runs in SQLite. `readonly` (for the commands that only read): the file
+    is opened by `config.read_state`, so it must exist (`FileNotFoundError`) and nothing is
+    written; `record` then raises `sqlite3.OperationalError`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        if readonly:
+            self.db = read_state(path)
+            return
         self.db = open_state(
             path,
             """
@@ -50,10 +58,12 @@ class RunLog:
         return self._rows("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (n,))[::-1]
 
     def get(self, run_id: int) -> dict[str, Any] | None:
+        """Run `run_id`, or None."""
         rows = self._rows("SELECT * FROM runs WHERE id = ?", (run_id,))
         return rows[0] if rows else None
 
     def errors(self, n: int = 3) -> list[dict[str, Any]]:
+        """The last `n` failed runs (hooks and captures), newest first."""
         return self._rows("SELECT * FROM runs WHERE error IS NOT NULL ORDER BY id DESC LIMIT ?", (n,))
 
     def _rows(self, sql: str, args: tuple) -> list[dict[str, Any]]:
@@ -69,6 +79,25 @@ class RunLog:
 
     def close(self) -> None:
         self.db.close()
+
+
+def record_failure(home: Path, event: str, exc: BaseException, ms: float = 0.0, session: str = "",
+                   project: str = "") -> None:
+    """A failed run (a hook, or `capture`) in `<home>/runs.sqlite`: the exception's type and
+    where it was raised, never its message (which may quote a prompt or a transcript; the
+    traceback goes to the hook or capture log). Best effort: never raises."""
+    import traceback
+
+    try:
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+        runs = RunLog(home / "runs.sqlite")
+        try:
+            runs.record(event, session, project, ms=ms, error=f"{type(exc).__name__}{where}")
+        finally:
+            runs.close()
+    except Exception:  # e.g. a read-only or full home: the log file, if any, still says why
+        pass
 
 
 def pause_path(home: Path) -> Path:
