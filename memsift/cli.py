@@ -405,12 +405,25 @@ def _notes_history(args: argparse.Namespace) -> int:
 def _notes_reindex(args: argparse.Namespace) -> int:
     import sqlite3
 
+    from filelock import FileLock, Timeout
+
     store = _store(args.project)
+    if args.background:  # started by the prompt hook: log to capture.log, and one at a time
+        from .config import memsift_home
+        from .hook import setup_logging
+
+        setup_logging(memsift_home(), "capture.log")
     for problem in store.read(strict=False).problems:
         print(f"memsift notes reindex: {problem}", file=sys.stderr)
     try:
-        embedded = store.reindex()
+        store.folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(store.folder / "reindex.lock"), timeout=0 if args.background else 600):
+            embedded = store.reindex()
+    except Timeout:
+        logging.getLogger("memsift").info("notes reindex of %s: another one is running", store.folder)
+        return 0
     except (OSError, sqlite3.Error) as exc:
+        logging.getLogger("memsift").error("notes reindex of %s failed: %s", store.folder, exc)
         print(f"memsift notes reindex: could not write {store.index_path} ({exc})", file=sys.stderr)
         return 1
     print(f"{store.index_path}: {len(store.notes())} notes indexed, {embedded} embedded now")
@@ -560,6 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_history)
     p = notes.add_parser("reindex", help="rebuild the notes index (after an encoder change or a bulk edit)")
+    p.add_argument("--background", action="store_true",
+                   help="as the prompt hook starts it: log to capture.log, and do nothing if another reindex runs")
     p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_reindex)
     return parser

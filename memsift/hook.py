@@ -139,6 +139,10 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
             ledger.close()
         if backend is not None:
             backend.close()
+    if notes.stale:  # the index lags the notes: rebuilt by a process of its own, never in the prompt
+        command = detach([sys.executable, "-P", "-m", "memsift", "notes", "reindex", "--background",
+                          f"--project={payload['cwd']}"], payload["cwd"])
+        log.info("session %s: notes index stale, started %s", session, " ".join(command[2:]))
     try:
         from .runlog import RunLog
 
@@ -170,9 +174,6 @@ def start_capture(payload: dict[str, Any], event: str) -> list[str] | None:
     `session-start` sweeps the project's other sessions instead, since `SessionEnd` often
     does not fire.
     """
-    import os
-    import subprocess
-
     session = str(payload.get("session_id") or "")
     transcript = payload["transcript_path"]
     if not Path(payload["cwd"]).is_dir():
@@ -190,12 +191,23 @@ def start_capture(payload: dict[str, Any], event: str) -> list[str] | None:
     else:
         log.warning("%s: no transcript_path or session_id in the payload, nothing to capture", event)
         return None
+    return detach(command, payload["cwd"])
+
+
+def detach(command: list[str], cwd: str) -> list[str]:
+    """Start `command` in a process of its own, detached from the hook (it outlives it, and
+    the host never waits for it), in the folder `cwd`; return the command.
+
+    `cwd` is the project's folder from the payload, never the hook's own: the host may run
+    the hook from a folder deleted since, where the child could not even start.
+    """
+    import os
+    import subprocess
+
     flags = {"start_new_session": True} if os.name != "nt" else {
         "creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
-    # cwd: the project's folder from the payload, never the hook's own (the host may run the
-    # hook from a folder deleted since, where the capture could not even start)
     subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     close_fds=True, cwd=payload["cwd"], **flags)
+                     close_fds=True, cwd=cwd, **flags)
     return command
 
 
