@@ -101,7 +101,6 @@ class NoteStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         return FileLock(str(self.folder / "notes.lock"), timeout=timeout)
 
-    _lock = lock
 
     def text(self) -> str:
         """The Markdown as stored, for writers: bytes that are not UTF-8 kept as surrogate
