@@ -17,9 +17,15 @@ Two detectors run, and the union of their spans is masked:
    `.py` or `.env` the unquoted forms are not.
 2. memsift's own rules for what detect-secrets misses or reports badly: the whole PEM
    block (detect-secrets reports only its header, trap 2), newer token formats (Anthropic,
-   Google, Hugging Face...), credentials in URLs and `NAME=value` lines whose NAME sounds
-   secret. Most formats are taken from gitleaks' default config (MIT), commit 420a0f5:
+   Google, Hugging Face...), credentials in URLs, `NAME=value` lines whose NAME sounds
+   secret, and secrets named in a sentence in en/fr/de/es/zh ("the password for staging is
+   V", "le mot de passe de la prod est V", "密码是V", "the secret is <random>"). Most
+   formats are taken from gitleaks' default config (MIT), commit 420a0f5:
    https://github.com/gitleaks/gitleaks/blob/420a0f55f4a7a03dfe701ceb1f4f66a7c68b26b4/config/gitleaks.toml
+   and, for the prefixed formats added for issue 11, commit b58d3f1 (2026-07-22):
+   https://github.com/gitleaks/gitleaks/blob/b58d3f102cf3a2c84cb7f923d05c25c9b1aed84b/config/gitleaks.toml
+   gitleaks rules that need a vendor's name before a bare value (adafruit, twitter...) are
+   left to the sentence and `NAME=value` rules, which take any value that looks random.
 
 Cost, measured in a fresh interpreter, import of this module (and of logging, dataclasses
 and typing) included, median of 3 (`tests/test_secrets.py::test_cost_in_a_fresh_process`
@@ -42,8 +48,10 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import re
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
@@ -108,7 +116,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("google-api-key", r"\bAIza[\w-]{35}" + _END),  # gitleaks gcp-api-key
         ("huggingface-token", r"\b(?:hf|api_org)_[A-Za-z]{34,60}\b"),  # gitleaks
         ("github-token", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}\b|\bgithub_pat_\w{82}\b"),  # gitleaks
-        ("gitlab-token", r"\bgl(?:pat|dt|ft|soat|rt|ptt|cbt|imt|agent|oas|ffct)-[\w-]{20,300}"),  # gitleaks
+        ("gitlab-token", r"\bgl(?:pat|dt|ft|soat|rt|ptt|cbt|imt|agent|oas|ffct)-[\w-]{20,300}(?:\.[0-9a-z]{9}\b)?"),  # gitleaks, routable too
         ("slack-token", r"\bxox[abeoprs]-[\w-]{10,300}|\bxapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+"),  # gitleaks
         ("slack-webhook", r"(?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/]{43,56}"),  # gitleaks
         ("stripe-key", r"\b(?:sk|rk)_(?:test|live|prod)_[A-Za-z0-9]{10,99}\b|\bwhsec_[A-Za-z0-9]{24,64}\b"),  # gitleaks
@@ -129,6 +137,55 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("grafana-token", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|\bglc_[A-Za-z0-9+/]{32,400}={0,3}"),  # gitleaks
         ("linear-api-key", r"\blin_api_[A-Za-z0-9]{40}\b"),  # gitleaks
         ("postman-api-key", r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),  # gitleaks
+        # Added for issue 11 from gitleaks b58d3f1 (see the module docstring): token formats
+        # with a prefix of their own, which need no name before them.
+        ("docker-token", r"\bdckr_(?:pat|oat)_[\w-]{27,60}" + _END),  # not in gitleaks: SonarSource rule S6782, Nosey Parker np.docker.1
+        ("1password-token", r"\bA3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}\b"
+                            r"|\bops_eyJ[A-Za-z0-9+/]{250,5000}={0,3}"),  # gitleaks 1password-secret-key, -service-account-token
+        ("adobe-client-secret", r"\bp8e-[A-Za-z0-9]{32}\b"),  # gitleaks
+        ("airtable-token", r"\bpat[A-Za-z0-9]{14}\.[a-f0-9]{64}\b"),  # gitleaks airtable-personnal-access-token
+        ("alibaba-access-key", r"\bLTAI[A-Za-z0-9]{20}\b"),  # gitleaks alibaba-access-key-id
+        ("artifactory-token", r"\bAKCp[A-Za-z0-9]{69}\b|\bcmVmd[A-Za-z0-9]{59}\b"),  # gitleaks
+        ("aws-bedrock-api-key", r"\bABSK[A-Za-z0-9+/]{109,269}={0,2}|\bbedrock-api-key-YmVkcm9jay5hbWF6b25hd3MuY29t[\w+/=%-]{0,4000}"),  # gitleaks
+        ("azure-ad-client-secret", r"(?<![\w~.-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![\w~.-])"),  # gitleaks
+        ("clickhouse-api-key", r"\b4b1d[A-Za-z0-9]{38}\b"),  # gitleaks clickhouse-cloud-api-secret-key
+        ("clojars-token", r"\bCLOJARS_[A-Za-z0-9]{60}\b"),  # gitleaks
+        ("cloudflare-origin-ca-key", r"\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b"),  # gitleaks
+        ("duffel-token", r"\bduffel_(?:test|live)_[\w=-]{43}"),  # gitleaks
+        ("dynatrace-token", r"\bdt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),  # gitleaks
+        ("easypost-token", r"\bEZ[AT]K[A-Za-z0-9]{54}\b"),  # gitleaks easypost-api-token, -test-api-token
+        ("facebook-token", r"\bEAA[MC][A-Za-z0-9]{100,1000}\b"),  # gitleaks facebook-page-access-token
+        ("flutterwave-key", r"\bFLW(?:SECK|PUBK)_TEST-[a-hA-H0-9]{12,32}(?:-X)?\b"),  # gitleaks
+        ("flyio-token", r"\bfo1_[\w-]{43}|\bfm(?:1[ar]|2)_[A-Za-z0-9+/]{100,4000}={0,3}"),  # gitleaks
+        ("frameio-token", r"\bfio-u-[\w=-]{64}"),  # gitleaks
+        ("gitlab-token", r"\bGR1348941[\w-]{20,300}"),  # gitleaks gitlab-rrt
+        ("grafana-token", r"\beyJrIjoi[A-Za-z0-9]{70,400}={0,3}"),  # gitleaks grafana-api-key
+        ("harness-token", r"\b(?:pat|sat)\.[\w-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}\b"),  # gitleaks
+        ("terraform-token", r"\b[A-Za-z0-9]{14}\.atlasv1\.[\w=-]{60,70}"),  # gitleaks hashicorp-tf-api-token
+        ("heroku-api-key", r"\bHRKU-AA[\w-]{58}"),  # gitleaks heroku-api-key-v2
+        ("infracost-token", r"\bico-[A-Za-z0-9]{32}\b"),  # gitleaks
+        ("intra42-client-secret", r"\bs-s4t2(?:ud|af)-[a-fA-F0-9]{64}\b"),  # gitleaks
+        ("maxmind-license-key", r"\b[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk\b"),  # gitleaks
+        ("newrelic-api-key", r"\bNR(?:AK|II)-[A-Za-z0-9-]{27,32}\b|\bNRJS-[a-f0-9]{19}\b"),  # gitleaks, without its "new relic" context
+        ("notion-token", r"\bntn_\d{11}[A-Za-z0-9]{35}\b"),  # gitleaks
+        ("octopus-deploy-api-key", r"\bAPI-[A-Z0-9]{26}\b"),  # gitleaks
+        ("openshift-token", r"\bsha256~[\w-]{43}" + _END),  # gitleaks
+        ("perplexity-api-key", r"\bpplx-[A-Za-z0-9]{48}\b"),  # gitleaks
+        ("planetscale-token", r"\bpscale_(?:tkn|oauth|pw)_[\w=.-]{32,64}"),  # gitleaks
+        ("prefect-token", r"\bpnu_[A-Za-z0-9]{36}\b"),  # gitleaks
+        ("pulumi-token", r"\bpul-[a-f0-9]{40}\b"),  # gitleaks
+        ("readme-token", r"\brdme_[a-z0-9]{70}\b"),  # gitleaks
+        ("rubygems-token", r"\brubygems_[a-f0-9]{48}\b"),  # gitleaks
+        ("scalingo-token", r"\btk-us-[\w-]{48}" + _END),  # gitleaks
+        ("sendinblue-api-key", r"\bxkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}\b"),  # gitleaks
+        ("sentry-token", r"\bsntryu_[a-f0-9]{64}\b|\bsntrys_eyJpYXQiO[A-Za-z0-9+/=_]{50,1000}"),  # gitleaks sentry-user-token, -org-token
+        ("settlemint-token", r"\bsm_(?:aat|pat|sat)_[A-Za-z0-9]{16}\b"),  # gitleaks
+        ("shippo-token", r"\bshippo_(?:live|test)_[a-fA-F0-9]{40}\b"),  # gitleaks
+        ("sonarqube-token", r"\bsq[upa]_[a-f0-9]{40}\b"),  # gitleaks sonar-api-token, without its "sonar" context
+        ("sourcegraph-token", r"\bsgp_(?:[a-fA-F0-9]{16}_|local_)?[a-fA-F0-9]{40}\b"),  # gitleaks, without bare hex
+        ("typeform-token", r"\btfp_[\w.=-]{59}"),  # gitleaks, without its "typeform" context
+        ("defined-networking-token", r"\bdnkey-[\w=-]{26}-[\w=-]{52}"),  # gitleaks
+        ("slack-token", r"\bxoxe\.xox[bp]-\d-[A-Za-z0-9]{163,166}\b|\bxoxe-\d-[A-Za-z0-9]{146}\b"),  # gitleaks slack-config-*
         ("jwt", r"\bey[A-Za-z0-9]{17,2000}\.ey[\w/\\-]{17,4000}\.(?:[\w/\\-]{10,2000}={0,2})?"),  # gitleaks
         ("url-password", r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]{0,100}:(?P<s>[^\s@/?#'\"]{1,200})@"),
         # gitleaks curl-auth-user, without the curl context
@@ -150,13 +207,58 @@ _SECRET_NAME = re.compile(
     r"|(?:api|access|private|signing|master|encryption|client|account|service|license|auth)[_.-]?key"
     r"|(?:^|[_.-])(?:key|auth)(?:$|[_.-])"
 )
-_PASSWORD_NAME = re.compile(r"(?i)pass|pwd|contrase|mot de passe|kennwort|密码")
-# A secret named in a sentence: "the db password is X", "le mot de passe est X", "API key: X".
-_PROSE = re.compile(
-    r"(?i)\b(?P<name>password|passwd|passphrase|mot de passe|passwort|kennwort|contraseña|"
-    r"(?:secret|api|access|private|signing)[ _-]?(?:key|token)|token|密码|密钥)"
-    r"\s*(?:is|was|est|était|ist|war|es|era|:|=|：|为|是)\s*[\"'“«]?\s*(?P<s>[^\s\"'”»]{7,199}[^\s\"'”».,;:!?)\]])"
+_PASSWORD_NAME = re.compile(r"(?i)pass|pwd|\bpw\b|contrase|mot de passe|mdp|kennwort|clave|\bpin\b|密码|密碼|口令")
+
+# A secret named in a sentence, in the five languages memsift supports (en, fr, de, es, zh):
+# "the password for staging is V", "the admin password on prod: V", "use password V to log
+# in", "le mot de passe de la prod est V", "das Kennwort lautet V", "la clave del wifi es V",
+# "密码是V", "the secret is V", "api key V". Our own rule. The name is a password word
+# (group `pw`), a key word (`key`) or a shorthand that only counts before ":" or "="
+# (`short`: pw, pwd, pass...); a prepositional phrase may follow it ("for the staging db",
+# "de la prod", "für den Server"), then a copula, a colon or nothing, then the value. What
+# the value must look like depends on that context: see `_sentence_spans`.
+_LETTER_BEFORE = r"(?<![^\W\d_])"  # not right after a letter: DB_PASSWORD and api-key, not tiktoken
+_KEY_WORDS = (_LETTER_BEFORE + r"(?:secret|secreto|geheimnis|token|jeton|key|(?:clé|cle)(?:[ ](?:d['’])?api|[ ]secrète|[ ]privée)?|llave|credentials?"
+              r"|clave[ ](?:de[ ])?api|clave[ ](?:secreta|privada))"
+              r"|schlüssel|(?-i:(?<=[a-z])(?:Secret|Token|Key))|密钥|秘钥|私钥|令牌")
+_PASSWORD_WORDS = (_LETTER_BEFORE + r"(?:passw(?:or)?d|pass[ -]?phrase|passcode|mot[ ]de[ ]passe|mdp"
+                   r"|phrase[ ](?:secrète|de[ ]passe)|contrase(?:ñ|n)a|clave)"
+                   r"|passwort|kennwort|(?-i:(?<=[a-z])(?:Password|Passwd|Passphrase))"
+                   r"|(?-i:" + _LETTER_BEFORE + r"PIN)(?:[ -]?code)?|code[ ]PIN|密码|密碼|口令")
+_SHORT_WORDS = r"(?<![\w.-])(?:pw|pwd|pass|passwd|mdp|pin)"
+_PREPOSITION = (r"(?:\s+(?:for|on|of|to|at|in|from|de|du|des|pour|sur|chez|dans|à|au|aux|für|fuer|von|vom"
+                r"|zum|zur|auf|bei|im|am|del|para|en|al|por)\s+|\s+d['’])")
+_COPULA = (r"\s*(?:[:=：]|=>|->)\s*"
+           r"|\s+(?:is|was|est|était|sera|ist|lautet|war|es|era|será)(?!\w)"
+           r"(?:\s+(?:now|still|currently|actually|just|maintenant|désormais|toujours|jetzt|nun|ahora|todavía)(?!\w))?"
+           r"\s*[:：]?\s*"
+           r"|\s*(?:是|为|為|设置为|设为|改为|改成|设成)\s*")
+_CJK = r"\u3000-\u303f\u3400-\u9fff\uff00-\uffef"
+_SENTENCE = re.compile(
+    r"(?i)(?:(?P<key>" + _KEY_WORDS + r")|(?P<pw>" + _PASSWORD_WORDS + r")|(?P<short>" + _SHORT_WORDS + r"))"
+    r"(?=(?:(?P<prep>" + _PREPOSITION + r"[\w.@'’/-]+(?:\s+[\w.@'’/-]+){0,3}?)(?=" + _COPULA + r"))?"
+    r"(?:(?P<cop>" + _COPULA + r")|(?P<bare>\s+|(?<=[\u3400-\u9fff])(?=[!-~])))"
+    r"(?:(?P<q>[\"'`“‘«„「])\s?(?P<qv>[^\"'`”’»“」\n]{1,200}?)\s?[\"'`”’»」]"
+    r"|(?P<v>[^\s\"'`“”‘’«»„「」" + _CJK + r"]{1,200})))"
+)  # all but the name is a lookahead, so that "secret key is V" is also read from "key"
+# A verb just before a password word makes "use password V" a password given, not a topic.
+_VERB_BEFORE = re.compile(
+    r"(?i)(?:\b(?:use|using|with|try|enter|type|avec|utilise[rz]?|essaie[rz]?|tape[rz]?|saisis|entre[rz]?"
+    r"|mit|benutze[n]?|verwende[n]?|nimm|gib|con|usa[r]?|utiliza[r]?|prueba|introduce)\b|用|使用|输入)"
+    r"(?:\s*[^\s.,;:!?]+){0,3}\s*$"
 )
+# Before a key word, names of keys that are not secrets: "the public key is AAAAC3...".
+_NOT_SECRET_BEFORE = re.compile(
+    r"(?i)(?:public|pub|primary|foreign|cache|sort|hot|natural|composite|partition|lookup|row|group"
+    r"|dict|idempotency|routing|shard|hash|map|index|host|öffentliche[rnms]?|primär|公)[\s_-]*$"
+)
+_VALUE_END = ".,;:?)]}>»”’"
+_WORDS_JOINED = re.compile(r"[^\W\d_]+(?:[-'’.][^\W\d_]+)*\.?")  # re-used, e.g., non-empty
+_VERSION = re.compile(r"(?i)v?\d+(?:\.\d+)+[\w.+-]*")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?")
+_SEGMENT = re.compile(r"[-_.:/+=~]+")
+_FILE_NAME = re.compile(r"\.[A-Za-z]{2,4}$")
+_EMAIL = re.compile(r"[^@\s]+@[\w-]+(?:\.[\w-]+)+")
 # Names that hold a secret's address or shape, not the secret: API_KEY_FILE, TOKEN_URL...
 _NOT_SECRET_NAME = re.compile(
     r"(?i)(?:^|[_.-])(?:url|uri|path|file|dir|endpoint|host|port|name|type|id|header|format|len|length"
@@ -260,9 +362,7 @@ def _rule_spans(scan: str) -> Iterator[_Span]:
         for m in rx.finditer(scan):
             if not _PLACEHOLDER_VALUE.match(m.group(group)):
                 yield _Span(m.start(group), m.end(group), kind)
-    for m in _PROSE.finditer(scan):  # "the db password is Tr0ub4dor3xyz"
-        if _plausible(m["s"], quoted=False, strict=True):
-            yield _Span(m.start("s"), m.end("s"), "password" if _PASSWORD_NAME.search(m["name"]) else "secret")
+    yield from _sentence_spans(scan)
     for m in _ASSIGNMENT.finditer(scan):
         name = m.group("flag") or m.group("name")
         value_group = "qv" if m.group("q") else "v"
@@ -270,6 +370,117 @@ def _rule_spans(scan: str) -> Iterator[_Span]:
         if _secret_name(name) and _plausible(value, quoted=bool(m.group("q")), strict=True):
             kind = "password" if _PASSWORD_NAME.search(name) else "secret"
             yield _Span(m.start(value_group), m.end(value_group), kind)
+
+
+def _sentence_spans(scan: str) -> Iterator[_Span]:
+    """Values named in a sentence (`_SENTENCE`), each judged by what names it.
+
+    - a password word with a copula or a colon ("password for X is V", "密码：V"), or a
+      shorthand before ":"/"=" ("pw: V", "pass=V"): `_password_like`;
+    - a password word right before the value, after a verb ("use password V", "avec le mot
+      de passe V", "mit dem Passwort V", "用密码V"): `_password_like`;
+    - anything else (a key, token or secret word, with or without a copula, or a password
+      word with no verb before it): the value must look random, `_random_like`.
+    """
+    for m in _SENTENCE.finditer(scan):
+        quoted = m["q"] is not None
+        group = "qv" if quoted else "v"
+        start, end = m.span(group)
+        if not quoted:
+            while end > start and scan[end - 1] in _VALUE_END:
+                end -= 1
+        value = scan[start:end]
+        if not value:
+            continue
+        if m["short"]:
+            if not (m["cop"] and m["cop"].strip() in ":=：" and m["prep"] is None
+                    and _password_like(value, quoted=quoted, pin=m["short"].lower() == "pin")):
+                continue
+            kind = "password"
+        elif m["pw"]:
+            pin = "pin" in m["pw"].lower()
+            if m["cop"] is not None or _VERB_BEFORE.search(scan, max(0, m.start() - 60), m.start()):
+                ok = _password_like(value, quoted=quoted, pin=pin) or _random_like(value)
+            else:
+                ok = _random_like(value)
+            if not ok:
+                continue
+            kind = "password"
+        else:
+            if (_NOT_SECRET_BEFORE.search(scan, max(0, m.start() - 30), m.start())
+                    or not _random_like(value)):
+                continue
+            kind = "secret"
+        yield _Span(start, end, kind)
+
+
+def _password_like(value: str, *, quoted: bool, pin: bool = False) -> bool:
+    """Whether `value`, given as a password in a sentence, looks like one and not like a word.
+
+    Quoted, anything of 4+ characters that is not a placeholder (a passphrase may hold
+    spaces). Unquoted, 6+ characters with a letter and a digit, a symbol or an inner
+    capital ("hunter22", "Tr0ub4dor&3", "correct-horse-battery-staple"), or 6+ digits
+    (4+ for a PIN). Plain words ("required", "re-used"), versions, names of code
+    (`self.password`, `None`), paths and URLs are not passwords. A password that is one
+    plain word is therefore only masked when quoted.
+    """
+    if (_PLACEHOLDER_VALUE.match(value) or "://" in value or value[0] in "/~$%{<\\"
+            or any(c in "()[]{}" for c in value)):
+        return False
+    if quoted:
+        return len(value.strip()) >= 4 and "\n" not in value
+    if _IDENTIFIER.fullmatch(value) or _VERSION.fullmatch(value) or _DATE.fullmatch(value):
+        return False
+    if value.isdigit():
+        return len(value) >= (4 if pin else 6)
+    if len(value) < 6 or not any(c.isalpha() for c in value):
+        return False
+    if _WORDS_JOINED.fullmatch(value):
+        return value.count("-") >= 2  # a diceware passphrase, not "re-used"
+    return (any(c.isdigit() for c in value) or any(not c.isalnum() for c in value)
+            or re.search(r"[a-z][A-Z]", value) is not None)
+
+
+def _random_like(value: str) -> bool:
+    """Whether `value` looks randomly generated, as API keys, tokens and secrets are.
+
+    A character-class and entropy test, not a fixed length: 12+ characters, at least a
+    fifth of them letters, digits and letters (or, from 20 characters, both cases), not
+    words joined by separators (`test_password_reset`, `foo.bar-baz`), and a Shannon
+    entropy of at least 0.8 of the most a string of its length and alphabet can have
+    (log2 of the smaller of the two; the per-character entropy of Shannon 1948 that
+    detect-secrets' high-entropy plugins also use). Digests (`sha256:...`), hex numbers,
+    paths, URLs, e-mail addresses and file names are not.
+    """
+    n = len(value)
+    if (n < 12 or _PLACEHOLDER_VALUE.match(value) or _DIGEST.match(value) or "://" in value
+            or value[0] in "/~$%{<.\\" or value[:2].lower() == "0x" or _FILE_NAME.search(value)
+            or _EMAIL.fullmatch(value) or _DATE.fullmatch(value) or any(c.isspace() or c in "()[]{}<>\"'`,;" for c in value)):
+        return False
+    letters = sum(c.isalpha() for c in value)
+    digits = sum(c.isdigit() for c in value)
+    upper = any(c.isupper() for c in value)
+    lower = any(c.islower() for c in value)
+    if letters < n / 5 or not (digits or (upper and lower and n >= 20)):
+        return False
+    segments = [seg for seg in _SEGMENT.split(value) if seg]
+    if len(segments) > 1 and all(seg.isalpha() or seg.isdigit() for seg in segments):
+        return False
+    if all(c in "0123456789abcdefABCDEF" for c in value):
+        alphabet = 16
+    elif not (upper and lower):
+        alphabet = 36
+    elif value.isalnum():
+        alphabet = 62
+    else:
+        alphabet = 64
+    return _shannon_entropy(value) >= 0.8 * math.log2(min(n, alphabet))
+
+
+def _shannon_entropy(value: str) -> float:
+    """Bits per character of `value`'s own character frequencies (Shannon 1948)."""
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
 
 
 def _secret_name(name: str) -> bool:
@@ -287,7 +498,7 @@ def _plausible(value: str, *, quoted: bool, strict: bool) -> bool:
     if (_PLACEHOLDER_VALUE.match(value) or "://" in value
             or any(c.isspace() or c in "()[]{}" for c in value)):
         return False
-    if not quoted and _IDENTIFIER.fullmatch(value):
+    if not quoted and (_IDENTIFIER.fullmatch(value) or _DATE.fullmatch(value)):
         return False
     if strict:
         return (len(value) >= 8 and any(c.isdigit() for c in value)
