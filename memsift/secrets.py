@@ -47,6 +47,7 @@ detect-secrets in overlapping windows, because its keyword regex is quadratic in
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import math
 import re
@@ -87,9 +88,10 @@ _END = r"(?![\w-])"  # a token ends where its alphabet ends
 # (type, regex): the masked part is the group named `s`, or else the whole match.
 # "gitleaks" = the rule of that id in the gitleaks config cited in the module docstring;
 # "detect-secrets" = the plugin of that name in detect-secrets 1.5.0 (Apache-2.0).
-_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (kind, re.compile(pattern))
-    for kind, pattern in (
+# Compiled on first use (`_compiled`), and those not in _ANY_LENGTH only run on a text with a
+# run of 16+ token characters (`_LONG_RUN`): every format they match holds one, and short
+# prose seldom does, so it pays for neither their compilation (about 20 ms) nor their scan.
+_RULES: tuple[tuple[str, str], ...] = (
         # gitleaks private-key, with a bounded body; the second branch masks a truncated
         # block (no END line), plain or JSON-escaped ("\n" between lines).
         ("private-key", r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
@@ -192,8 +194,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("basic-auth", r"(?:^|(?<=[\s'\"]))(?:-u|--user)[ \t=]+[\"']?[^\s:'\"]{1,100}:(?P<s>[^\s'\"]{3,200})"),
         ("basic-auth", r"(?i)\bauthorization:[ \t]*basic[ \t]+(?P<s>[A-Za-z0-9+/]{8,400}={0,3})"),
         ("bearer-token", r"(?i)\bbearer[ \t]+(?P<s>(?=[\w~+/.=-]{0,400}\d)[\w~+/.=-]{16,400})"),
-    )
 )
+_ANY_LENGTH = frozenset({"private-key", "slack-token", "url-password", "basic-auth"})  # may match no 16-char run
+_LONG_RUN = re.compile(r"[\w.+/=~-]{16}")
 
 # `NAME=value`, `NAME: value`, `"NAME": "value"`, `--name value`: our own rule. NAME must
 # sound secret (_SECRET_NAME) and the value must look like a literal (_plausible, strict).
@@ -234,13 +237,16 @@ _COPULA = (r"\s*(?:[:=：]|=>|->)\s*"
            r"\s*[:：]?\s*"
            r"|\s*(?:是|为|為|设置为|设为|改为|改成|设成)\s*")
 _CJK = r"\u3000-\u303f\u3400-\u9fff\uff00-\uffef"
-_SENTENCE = re.compile(
+_SENTENCE = (
     r"(?i)(?:(?P<key>" + _KEY_WORDS + r")|(?P<pw>" + _PASSWORD_WORDS + r")|(?P<short>" + _SHORT_WORDS + r"))"
     r"(?=(?:(?P<prep>" + _PREPOSITION + r"[\w.@'’/-]+(?:\s+[\w.@'’/-]+){0,3}?)(?=" + _COPULA + r"))?"
     r"(?:(?P<cop>" + _COPULA + r")|(?P<bare>\s+|(?<=[\u3400-\u9fff])(?=[!-~])))"
     r"(?:(?P<q>[\"'`“‘«„「])\s?(?P<qv>[^\"'`”’»“」\n]{1,200}?)\s?[\"'`”’»」]"
     r"|(?P<v>[^\s\"'`“”‘’«»„「」" + _CJK + r"]{1,200})))"
 )  # all but the name is a lookahead, so that "secret key is V" is also read from "key"
+# Every name `_SENTENCE` knows holds one of these: without one, it is neither compiled nor run.
+_SENTENCE_HINT = re.compile(r"(?i)pass|pw|pin|key|token|secr|geheim|jeton|cl[eé]|clave|llave|credential|kennwort|mdp"
+                            r"|contrase|schlüssel|密码|密碼|口令|密钥|秘钥|私钥|令牌")
 # A verb just before a password word makes "use password V" a password given, not a topic.
 _VERB_BEFORE = re.compile(
     r"(?i)(?:\b(?:use|using|with|try|enter|type|avec|utilise[rz]?|essaie[rz]?|tape[rz]?|saisis|entre[rz]?"
@@ -356,8 +362,17 @@ def mask(text: str) -> Masked:
         return Masked("[SECRET:unscanned]", ("unscanned",))
 
 
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
 def _rule_spans(scan: str) -> Iterator[_Span]:
-    for kind, rx in _RULES:
+    long_run = _LONG_RUN.search(scan) is not None
+    for kind, pattern in _RULES:
+        if not (long_run or kind in _ANY_LENGTH):
+            continue
+        rx = _compiled(pattern)
         group = "s" if "s" in rx.groupindex else 0
         for m in rx.finditer(scan):
             if not _PLACEHOLDER_VALUE.match(m.group(group)):
@@ -382,7 +397,9 @@ def _sentence_spans(scan: str) -> Iterator[_Span]:
     - anything else (a key, token or secret word, with or without a copula, or a password
       word with no verb before it): the value must look random, `_random_like`.
     """
-    for m in _SENTENCE.finditer(scan):
+    if not _SENTENCE_HINT.search(scan):
+        return
+    for m in _compiled(_SENTENCE).finditer(scan):
         quoted = m["q"] is not None
         group = "qv" if quoted else "v"
         start, end = m.span(group)
