@@ -36,7 +36,8 @@ STDLIB_PACKAGES = ("json", "http", "email", "logging", "argparse.py", "urllib", 
                    "secrets.py", "hashlib.py", "base64.py", "configparser.py", "ssl.py",
                    "xmlrpc", "tarfile.py", "zipfile", "shutil.py", "subprocess.py", "csv.py",
                    "tokenize.py", "pickle.py", "dataclasses.py", "typing.py", "functools.py",
-                   "collections", "asyncio", "unittest", "sqlite3", "importlib", "concurrent")
+                   "collections", "asyncio", "unittest", "sqlite3", "importlib", "concurrent", "xml", "multiprocessing",
+                   "ctypes", "encodings", "pydoc_data", "idlelib", "lib2to3", "tkinter", "distutils")
 
 CHILD = """
 import importlib.util, sys, time

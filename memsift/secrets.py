@@ -85,118 +85,117 @@ _RANK = {"bearer-token": 1, "basic-auth": 1, "url-password": 1,
 
 _END = r"(?![\w-])"  # a token ends where its alphabet ends
 
-# (type, regex): the masked part is the group named `s`, or else the whole match.
+# (type, keywords, regex): the masked part is the group named `s`, or else the whole match.
 # "gitleaks" = the rule of that id in the gitleaks config cited in the module docstring;
 # "detect-secrets" = the plugin of that name in detect-secrets 1.5.0 (Apache-2.0).
-# Compiled on first use (`_compiled`), and those not in _ANY_LENGTH only run on a text with a
-# run of 16+ token characters (`_LONG_RUN`): every format they match holds one, and short
-# prose seldom does, so it pays for neither their compilation (about 20 ms) nor their scan.
-_RULES: tuple[tuple[str, str], ...] = (
+# A rule runs only on a text whose lower-cased form holds one of its keywords (none:
+# always), and is compiled on first use (`_compiled`). This is gitleaks' own prefilter (the
+# `keywords` of its rules): a long text is scanned for the formats it may hold, not for all
+# 84, and short prose compiles almost none of them.
+_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         # gitleaks private-key, with a bounded body; the second branch masks a truncated
         # block (no END line), plain or JSON-escaped ("\n" between lines).
-        ("private-key", r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+        ("private-key", ('-----begin',), r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
                         r"(?:[\s\S]{0,20000}?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
                         r"|(?:(?:\s|\\[rn]){1,4}[A-Za-z0-9+/=]{16,200}){0,300})"),
-        ("age-secret-key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),  # gitleaks
-        ("aws-access-key", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),  # gitleaks
+        ("age-secret-key", ('age-secret-key-1',), r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),  # gitleaks
+        ("aws-access-key", ('a3t', 'akia', 'asia', 'abia', 'acca'), r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),  # gitleaks
         # detect-secrets AWSKeyDetector's secret-key pattern, quotes made optional
-        ("aws-secret-key", r"(?i)\baws[\w.-]{0,20}?(?:secret|private)[\w.-]{0,20}?[\"']?[ \t]*"
+        ("aws-secret-key", ('aws',), r"(?i)\baws[\w.-]{0,20}?(?:secret|private)[\w.-]{0,20}?[\"']?[ \t]*"
                            r"(?:[:=]|=>)[ \t]*[\"']?(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
         # a bare 40-character secret key written near its access key id, as people paste a
         # key pair into a message ("AKIA... / wJalr..."): mixed case, as AWS issues them
-        ("aws-secret-key", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b[\s\S]{0,100}?(?<![A-Za-z0-9/+])"
+        ("aws-secret-key", ('akia', 'asia'), r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b[\s\S]{0,100}?(?<![A-Za-z0-9/+])"
                            r"(?P<s>(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[A-Z])[A-Za-z0-9/+]{40})"
                            r"(?![A-Za-z0-9/+=])"),
-        ("azure-storage-key", r"AccountKey=(?P<s>[A-Za-z0-9+/=]{86,88})"),  # detect-secrets
+        ("azure-storage-key", ('accountkey=',), r"AccountKey=(?P<s>[A-Za-z0-9+/=]{86,88})"),  # detect-secrets
         # gitleaks anthropic-api-key is sk-ant-api03-[\w-]{93}AA; this also takes admin keys
-        ("anthropic-api-key", r"\bsk-ant-(?:api|admin|oat|sid)\d{2}-[\w-]{20,300}"),
-        ("openai-api-key", r"\bsk-(?:proj|svcacct|admin)-[\w-]{20,300}"  # gitleaks, loosened
+        ("anthropic-api-key", ('sk-ant-',), r"\bsk-ant-(?:api|admin|oat|sid)\d{2}-[\w-]{20,300}"),
+        ("openai-api-key", ('sk-',), r"\bsk-(?:proj|svcacct|admin)-[\w-]{20,300}"  # gitleaks, loosened
                            r"|\bsk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}\b"  # gitleaks
                            r"|\bsk-[A-Za-z0-9]{40,100}\b"),  # legacy sk- + 48
-        ("openrouter-api-key", r"\bsk-or-v1-[a-f0-9]{64}\b"),  # vendor format
-        ("groq-api-key", r"\bgsk_[A-Za-z0-9]{52}\b"),  # vendor format
-        ("google-api-key", r"\bAIza[\w-]{35}" + _END),  # gitleaks gcp-api-key
-        ("huggingface-token", r"\b(?:hf|api_org)_[A-Za-z]{34,60}\b"),  # gitleaks
-        ("github-token", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}\b|\bgithub_pat_\w{82}\b"),  # gitleaks
-        ("gitlab-token", r"\bgl(?:pat|dt|ft|soat|rt|ptt|cbt|imt|agent|oas|ffct)-[\w-]{20,300}(?:\.[0-9a-z]{9}\b)?"),  # gitleaks, routable too
-        ("slack-token", r"\bxox[abeoprs]-[\w-]{10,300}|\bxapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+"),  # gitleaks
-        ("slack-webhook", r"(?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/]{43,56}"),  # gitleaks
-        ("stripe-key", r"\b(?:sk|rk)_(?:test|live|prod)_[A-Za-z0-9]{10,99}\b|\bwhsec_[A-Za-z0-9]{24,64}\b"),  # gitleaks
-        ("square-token", r"\b(?:EAAA|sq0atp-)[\w-]{22,60}" + _END + r"|\bsq0csp-[\w-]{43}"),  # gitleaks, detect-secrets
-        ("npm-token", r"\bnpm_[A-Za-z0-9]{36}\b"),  # gitleaks
-        ("pypi-token", r"\bpypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZw)[\w-]{50,1000}"),  # gitleaks, detect-secrets
-        ("sendgrid-api-key", r"\bSG\.[\w-]{22}\.[\w-]{43}" + _END),  # detect-secrets
-        ("twilio-api-key", r"\bSK[0-9a-fA-F]{32}\b"),  # gitleaks
-        ("mailgun-api-key", r"\bkey-[a-f0-9]{32}\b"),  # gitleaks, without its "mailgun" context
-        ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),  # gitleaks
-        ("shopify-token", r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"),  # gitleaks
+        ("openrouter-api-key", ('sk-or-v1-',), r"\bsk-or-v1-[a-f0-9]{64}\b"),  # vendor format
+        ("groq-api-key", ('gsk_',), r"\bgsk_[A-Za-z0-9]{52}\b"),  # vendor format
+        ("google-api-key", ('aiza',), r"\bAIza[\w-]{35}" + _END),  # gitleaks gcp-api-key
+        ("huggingface-token", ('hf_', 'api_org_'), r"\b(?:hf|api_org)_[A-Za-z]{34,60}\b"),  # gitleaks
+        ("github-token", ('ghp_', 'gho_', 'ghu_', 'ghs_', 'ghr_', 'github_pat_'), r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}\b|\bgithub_pat_\w{82}\b"),  # gitleaks
+        ("gitlab-token", ('glpat-', 'gldt-', 'glft-', 'glsoat-', 'glrt-', 'glptt-', 'glcbt-', 'glimt-', 'glagent-', 'gloas-', 'glffct-'), r"\bgl(?:pat|dt|ft|soat|rt|ptt|cbt|imt|agent|oas|ffct)-[\w-]{20,300}(?:\.[0-9a-z]{9}\b)?"),  # gitleaks, routable too
+        ("slack-token", ('xox', 'xapp-'), r"\bxox[abeoprs]-[\w-]{10,300}|\bxapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+"),  # gitleaks
+        ("slack-webhook", ('hooks.slack.com',), r"(?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/]{43,56}"),  # gitleaks
+        ("stripe-key", ('sk_', 'rk_', 'whsec_'), r"\b(?:sk|rk)_(?:test|live|prod)_[A-Za-z0-9]{10,99}\b|\bwhsec_[A-Za-z0-9]{24,64}\b"),  # gitleaks
+        ("square-token", ('eaaa', 'sq0atp-', 'sq0csp-'), r"\b(?:EAAA|sq0atp-)[\w-]{22,60}" + _END + r"|\bsq0csp-[\w-]{43}"),  # gitleaks, detect-secrets
+        ("npm-token", ('npm_',), r"\bnpm_[A-Za-z0-9]{36}\b"),  # gitleaks
+        ("pypi-token", ('pypi-',), r"\bpypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZw)[\w-]{50,1000}"),  # gitleaks, detect-secrets
+        ("sendgrid-api-key", ('sg.',), r"\bSG\.[\w-]{22}\.[\w-]{43}" + _END),  # detect-secrets
+        ("twilio-api-key", ('sk',), r"\bSK[0-9a-fA-F]{32}\b"),  # gitleaks
+        ("mailgun-api-key", ('key-',), r"\bkey-[a-f0-9]{32}\b"),  # gitleaks, without its "mailgun" context
+        ("digitalocean-token", ('_v1_',), r"\bdo[opr]_v1_[a-f0-9]{64}\b"),  # gitleaks
+        ("shopify-token", ('shpat_', 'shpca_', 'shppa_', 'shpss_'), r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"),  # gitleaks
         # gitleaks doppler-api-token is dp.pt. only; service tokens are dp.st.[<config>.]<token>
-        ("doppler-token", r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]{1,40}\.)?[A-Za-z0-9]{40,44}\b"),
-        ("databricks-token", r"\bdapi[a-f0-9]{32}(?:-\d)?\b"),  # gitleaks
-        ("discord-bot-token", r"\b[MNO][\w-]{23,25}\.[\w-]{6}\.[\w-]{27,38}" + _END),  # detect-secrets
-        ("telegram-bot-token", r"(?:\b|(?<=/bot))\d{8,10}:[\w-]{35}" + _END),  # detect-secrets
-        ("vault-token", r"\bhv[sb]\.[\w-]{90,300}"),  # gitleaks
-        ("grafana-token", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|\bglc_[A-Za-z0-9+/]{32,400}={0,3}"),  # gitleaks
-        ("linear-api-key", r"\blin_api_[A-Za-z0-9]{40}\b"),  # gitleaks
-        ("postman-api-key", r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),  # gitleaks
+        ("doppler-token", ('dp.',), r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]{1,40}\.)?[A-Za-z0-9]{40,44}\b"),
+        ("databricks-token", ('dapi',), r"\bdapi[a-f0-9]{32}(?:-\d)?\b"),  # gitleaks
+        ("discord-bot-token", (), r"\b[MNO][\w-]{23,25}\.[\w-]{6}\.[\w-]{27,38}" + _END),  # detect-secrets
+        ("telegram-bot-token", (), r"(?:\b|(?<=/bot))\d{8,10}:[\w-]{35}" + _END),  # detect-secrets
+        ("vault-token", ('hvs.', 'hvb.'), r"\bhv[sb]\.[\w-]{90,300}"),  # gitleaks
+        ("grafana-token", ('glsa_', 'glc_'), r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|\bglc_[A-Za-z0-9+/]{32,400}={0,3}"),  # gitleaks
+        ("linear-api-key", ('lin_api_',), r"\blin_api_[A-Za-z0-9]{40}\b"),  # gitleaks
+        ("postman-api-key", ('pmak-',), r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),  # gitleaks
         # Added for issue 11 from gitleaks b58d3f1 (see the module docstring): token formats
         # with a prefix of their own, which need no name before them.
-        ("docker-token", r"\bdckr_(?:pat|oat)_[\w-]{27,60}" + _END),  # not in gitleaks: SonarSource rule S6782, Nosey Parker np.docker.1
-        ("1password-token", r"\bA3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}\b"
+        ("docker-token", ('dckr_',), r"\bdckr_(?:pat|oat)_[\w-]{27,60}" + _END),  # not in gitleaks: SonarSource rule S6782, Nosey Parker np.docker.1
+        ("1password-token", ('a3-', 'ops_eyj'), r"\bA3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}\b"
                             r"|\bops_eyJ[A-Za-z0-9+/]{250,5000}={0,3}"),  # gitleaks 1password-secret-key, -service-account-token
-        ("adobe-client-secret", r"\bp8e-[A-Za-z0-9]{32}\b"),  # gitleaks
-        ("airtable-token", r"\bpat[A-Za-z0-9]{14}\.[a-f0-9]{64}\b"),  # gitleaks airtable-personnal-access-token
-        ("alibaba-access-key", r"\bLTAI[A-Za-z0-9]{20}\b"),  # gitleaks alibaba-access-key-id
-        ("artifactory-token", r"\bAKCp[A-Za-z0-9]{69}\b|\bcmVmd[A-Za-z0-9]{59}\b"),  # gitleaks
-        ("aws-bedrock-api-key", r"\bABSK[A-Za-z0-9+/]{109,269}={0,2}|\bbedrock-api-key-YmVkcm9jay5hbWF6b25hd3MuY29t[\w+/=%-]{0,4000}"),  # gitleaks
-        ("azure-ad-client-secret", r"(?<![\w~.-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![\w~.-])"),  # gitleaks
-        ("clickhouse-api-key", r"\b4b1d[A-Za-z0-9]{38}\b"),  # gitleaks clickhouse-cloud-api-secret-key
-        ("clojars-token", r"\bCLOJARS_[A-Za-z0-9]{60}\b"),  # gitleaks
-        ("cloudflare-origin-ca-key", r"\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b"),  # gitleaks
-        ("duffel-token", r"\bduffel_(?:test|live)_[\w=-]{43}"),  # gitleaks
-        ("dynatrace-token", r"\bdt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),  # gitleaks
-        ("easypost-token", r"\bEZ[AT]K[A-Za-z0-9]{54}\b"),  # gitleaks easypost-api-token, -test-api-token
-        ("facebook-token", r"\bEAA[MC][A-Za-z0-9]{100,1000}\b"),  # gitleaks facebook-page-access-token
-        ("flutterwave-key", r"\bFLW(?:SECK|PUBK)_TEST-[a-hA-H0-9]{12,32}(?:-X)?\b"),  # gitleaks
-        ("flyio-token", r"\bfo1_[\w-]{43}|\bfm(?:1[ar]|2)_[A-Za-z0-9+/]{100,4000}={0,3}"),  # gitleaks
-        ("frameio-token", r"\bfio-u-[\w=-]{64}"),  # gitleaks
-        ("gitlab-token", r"\bGR1348941[\w-]{20,300}"),  # gitleaks gitlab-rrt
-        ("grafana-token", r"\beyJrIjoi[A-Za-z0-9]{70,400}={0,3}"),  # gitleaks grafana-api-key
-        ("harness-token", r"\b(?:pat|sat)\.[\w-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}\b"),  # gitleaks
-        ("terraform-token", r"\b[A-Za-z0-9]{14}\.atlasv1\.[\w=-]{60,70}"),  # gitleaks hashicorp-tf-api-token
-        ("heroku-api-key", r"\bHRKU-AA[\w-]{58}"),  # gitleaks heroku-api-key-v2
-        ("infracost-token", r"\bico-[A-Za-z0-9]{32}\b"),  # gitleaks
-        ("intra42-client-secret", r"\bs-s4t2(?:ud|af)-[a-fA-F0-9]{64}\b"),  # gitleaks
-        ("maxmind-license-key", r"\b[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk\b"),  # gitleaks
-        ("newrelic-api-key", r"\bNR(?:AK|II)-[A-Za-z0-9-]{27,32}\b|\bNRJS-[a-f0-9]{19}\b"),  # gitleaks, without its "new relic" context
-        ("notion-token", r"\bntn_\d{11}[A-Za-z0-9]{35}\b"),  # gitleaks
-        ("octopus-deploy-api-key", r"\bAPI-[A-Z0-9]{26}\b"),  # gitleaks
-        ("openshift-token", r"\bsha256~[\w-]{43}" + _END),  # gitleaks
-        ("perplexity-api-key", r"\bpplx-[A-Za-z0-9]{48}\b"),  # gitleaks
-        ("planetscale-token", r"\bpscale_(?:tkn|oauth|pw)_[\w=.-]{32,64}"),  # gitleaks
-        ("prefect-token", r"\bpnu_[A-Za-z0-9]{36}\b"),  # gitleaks
-        ("pulumi-token", r"\bpul-[a-f0-9]{40}\b"),  # gitleaks
-        ("readme-token", r"\brdme_[a-z0-9]{70}\b"),  # gitleaks
-        ("rubygems-token", r"\brubygems_[a-f0-9]{48}\b"),  # gitleaks
-        ("scalingo-token", r"\btk-us-[\w-]{48}" + _END),  # gitleaks
-        ("sendinblue-api-key", r"\bxkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}\b"),  # gitleaks
-        ("sentry-token", r"\bsntryu_[a-f0-9]{64}\b|\bsntrys_eyJpYXQiO[A-Za-z0-9+/=_]{50,1000}"),  # gitleaks sentry-user-token, -org-token
-        ("settlemint-token", r"\bsm_(?:aat|pat|sat)_[A-Za-z0-9]{16}\b"),  # gitleaks
-        ("shippo-token", r"\bshippo_(?:live|test)_[a-fA-F0-9]{40}\b"),  # gitleaks
-        ("sonarqube-token", r"\bsq[upa]_[a-f0-9]{40}\b"),  # gitleaks sonar-api-token, without its "sonar" context
-        ("sourcegraph-token", r"\bsgp_(?:[a-fA-F0-9]{16}_|local_)?[a-fA-F0-9]{40}\b"),  # gitleaks, without bare hex
-        ("typeform-token", r"\btfp_[\w.=-]{59}"),  # gitleaks, without its "typeform" context
-        ("defined-networking-token", r"\bdnkey-[\w=-]{26}-[\w=-]{52}"),  # gitleaks
-        ("slack-token", r"\bxoxe\.xox[bp]-\d-[A-Za-z0-9]{163,166}\b|\bxoxe-\d-[A-Za-z0-9]{146}\b"),  # gitleaks slack-config-*
-        ("jwt", r"\bey[A-Za-z0-9]{17,2000}\.ey[\w/\\-]{17,4000}\.(?:[\w/\\-]{10,2000}={0,2})?"),  # gitleaks
-        ("url-password", r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]{0,100}:(?P<s>[^\s@/?#'\"]{1,200})@"),
+        ("adobe-client-secret", ('p8e-',), r"\bp8e-[A-Za-z0-9]{32}\b"),  # gitleaks
+        ("airtable-token", ('pat',), r"\bpat[A-Za-z0-9]{14}\.[a-f0-9]{64}\b"),  # gitleaks airtable-personnal-access-token
+        ("alibaba-access-key", ('ltai',), r"\bLTAI[A-Za-z0-9]{20}\b"),  # gitleaks alibaba-access-key-id
+        ("artifactory-token", ('akcp', 'cmvmd'), r"\bAKCp[A-Za-z0-9]{69}\b|\bcmVmd[A-Za-z0-9]{59}\b"),  # gitleaks
+        ("aws-bedrock-api-key", ('absk', 'bedrock-api-key-'), r"\bABSK[A-Za-z0-9+/]{109,269}={0,2}|\bbedrock-api-key-YmVkcm9jay5hbWF6b25hd3MuY29t[\w+/=%-]{0,4000}"),  # gitleaks
+        ("azure-ad-client-secret", ('q~',), r"(?<![\w~.-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![\w~.-])"),  # gitleaks
+        ("clickhouse-api-key", ('4b1d',), r"\b4b1d[A-Za-z0-9]{38}\b"),  # gitleaks clickhouse-cloud-api-secret-key
+        ("clojars-token", ('clojars_',), r"\bCLOJARS_[A-Za-z0-9]{60}\b"),  # gitleaks
+        ("cloudflare-origin-ca-key", ('v1.0-',), r"\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b"),  # gitleaks
+        ("duffel-token", ('duffel_',), r"\bduffel_(?:test|live)_[\w=-]{43}"),  # gitleaks
+        ("dynatrace-token", ('dt0c01.',), r"\bdt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),  # gitleaks
+        ("easypost-token", ('ezak', 'eztk'), r"\bEZ[AT]K[A-Za-z0-9]{54}\b"),  # gitleaks easypost-api-token, -test-api-token
+        ("facebook-token", ('eaam', 'eaac'), r"\bEAA[MC][A-Za-z0-9]{100,1000}\b"),  # gitleaks facebook-page-access-token
+        ("flutterwave-key", ('flwseck_test-', 'flwpubk_test-'), r"\bFLW(?:SECK|PUBK)_TEST-[a-hA-H0-9]{12,32}(?:-X)?\b"),  # gitleaks
+        ("flyio-token", ('fo1_', 'fm1a_', 'fm1r_', 'fm2_'), r"\bfo1_[\w-]{43}|\bfm(?:1[ar]|2)_[A-Za-z0-9+/]{100,4000}={0,3}"),  # gitleaks
+        ("frameio-token", ('fio-u-',), r"\bfio-u-[\w=-]{64}"),  # gitleaks
+        ("gitlab-token", ('gr1348941',), r"\bGR1348941[\w-]{20,300}"),  # gitleaks gitlab-rrt
+        ("grafana-token", ('eyjrijoi',), r"\beyJrIjoi[A-Za-z0-9]{70,400}={0,3}"),  # gitleaks grafana-api-key
+        ("harness-token", ('pat.', 'sat.'), r"\b(?:pat|sat)\.[\w-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}\b"),  # gitleaks
+        ("terraform-token", ('.atlasv1.',), r"\b[A-Za-z0-9]{14}\.atlasv1\.[\w=-]{60,70}"),  # gitleaks hashicorp-tf-api-token
+        ("heroku-api-key", ('hrku-aa',), r"\bHRKU-AA[\w-]{58}"),  # gitleaks heroku-api-key-v2
+        ("infracost-token", ('ico-',), r"\bico-[A-Za-z0-9]{32}\b"),  # gitleaks
+        ("intra42-client-secret", ('s-s4t2',), r"\bs-s4t2(?:ud|af)-[a-fA-F0-9]{64}\b"),  # gitleaks
+        ("maxmind-license-key", ('_mmk',), r"\b[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk\b"),  # gitleaks
+        ("newrelic-api-key", ('nrak-', 'nrii-', 'nrjs-'), r"\bNR(?:AK|II)-[A-Za-z0-9-]{27,32}\b|\bNRJS-[a-f0-9]{19}\b"),  # gitleaks, without its "new relic" context
+        ("notion-token", ('ntn_',), r"\bntn_\d{11}[A-Za-z0-9]{35}\b"),  # gitleaks
+        ("octopus-deploy-api-key", ('api-',), r"\bAPI-[A-Z0-9]{26}\b"),  # gitleaks
+        ("openshift-token", ('sha256~',), r"\bsha256~[\w-]{43}" + _END),  # gitleaks
+        ("perplexity-api-key", ('pplx-',), r"\bpplx-[A-Za-z0-9]{48}\b"),  # gitleaks
+        ("planetscale-token", ('pscale_',), r"\bpscale_(?:tkn|oauth|pw)_[\w=.-]{32,64}"),  # gitleaks
+        ("prefect-token", ('pnu_',), r"\bpnu_[A-Za-z0-9]{36}\b"),  # gitleaks
+        ("pulumi-token", ('pul-',), r"\bpul-[a-f0-9]{40}\b"),  # gitleaks
+        ("readme-token", ('rdme_',), r"\brdme_[a-z0-9]{70}\b"),  # gitleaks
+        ("rubygems-token", ('rubygems_',), r"\brubygems_[a-f0-9]{48}\b"),  # gitleaks
+        ("scalingo-token", ('tk-us-',), r"\btk-us-[\w-]{48}" + _END),  # gitleaks
+        ("sendinblue-api-key", ('xkeysib-',), r"\bxkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}\b"),  # gitleaks
+        ("sentry-token", ('sntryu_', 'sntrys_'), r"\bsntryu_[a-f0-9]{64}\b|\bsntrys_eyJpYXQiO[A-Za-z0-9+/=_]{50,1000}"),  # gitleaks sentry-user-token, -org-token
+        ("settlemint-token", ('sm_aat_', 'sm_pat_', 'sm_sat_'), r"\bsm_(?:aat|pat|sat)_[A-Za-z0-9]{16}\b"),  # gitleaks
+        ("shippo-token", ('shippo_',), r"\bshippo_(?:live|test)_[a-fA-F0-9]{40}\b"),  # gitleaks
+        ("sonarqube-token", ('squ_', 'sqp_', 'sqa_'), r"\bsq[upa]_[a-f0-9]{40}\b"),  # gitleaks sonar-api-token, without its "sonar" context
+        ("sourcegraph-token", ('sgp_',), r"\bsgp_(?:[a-fA-F0-9]{16}_|local_)?[a-fA-F0-9]{40}\b"),  # gitleaks, without bare hex
+        ("typeform-token", ('tfp_',), r"\btfp_[\w.=-]{59}"),  # gitleaks, without its "typeform" context
+        ("defined-networking-token", ('dnkey-',), r"\bdnkey-[\w=-]{26}-[\w=-]{52}"),  # gitleaks
+        ("slack-token", ('xoxe',), r"\bxoxe\.xox[bp]-\d-[A-Za-z0-9]{163,166}\b|\bxoxe-\d-[A-Za-z0-9]{146}\b"),  # gitleaks slack-config-*
+        ("jwt", ('.ey',), r"\bey[A-Za-z0-9]{17,2000}\.ey[\w/\\-]{17,4000}\.(?:[\w/\\-]{10,2000}={0,2})?"),  # gitleaks
+        ("url-password", ('://',), r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]{0,100}:(?P<s>[^\s@/?#'\"]{1,200})@"),
         # gitleaks curl-auth-user, without the curl context
-        ("basic-auth", r"(?:^|(?<=[\s'\"]))(?:-u|--user)[ \t=]+[\"']?[^\s:'\"]{1,100}:(?P<s>[^\s'\"]{3,200})"),
-        ("basic-auth", r"(?i)\bauthorization:[ \t]*basic[ \t]+(?P<s>[A-Za-z0-9+/]{8,400}={0,3})"),
-        ("bearer-token", r"(?i)\bbearer[ \t]+(?P<s>(?=[\w~+/.=-]{0,400}\d)[\w~+/.=-]{16,400})"),
+        ("basic-auth", ('-u', '--user'), r"(?:^|(?<=[\s'\"]))(?:-u|--user)[ \t=]+[\"']?[^\s:'\"]{1,100}:(?P<s>[^\s'\"]{3,200})"),
+        ("basic-auth", ('authorization',), r"(?i)\bauthorization:[ \t]*basic[ \t]+(?P<s>[A-Za-z0-9+/]{8,400}={0,3})"),
+        ("bearer-token", ('bearer',), r"(?i)\bbearer[ \t]+(?P<s>(?=[\w~+/.=-]{0,400}\d)[\w~+/.=-]{16,400})"),
 )
-_ANY_LENGTH = frozenset({"private-key", "slack-token", "url-password", "basic-auth"})  # may match no 16-char run
-_LONG_RUN = re.compile(r"[\w.+/=~-]{16}")
 
 # `NAME=value`, `NAME: value`, `"NAME": "value"`, `--name value`: our own rule. NAME must
 # sound secret (_SECRET_NAME) and the value must look like a literal (_plausible, strict).
@@ -237,8 +236,8 @@ _COPULA = (r"\s*(?:[:=：]|=>|->)\s*"
            r"\s*[:：]?\s*"
            r"|\s*(?:是|为|為|设置为|设为|改为|改成|设成)\s*")
 _CJK = r"\u3000-\u303f\u3400-\u9fff\uff00-\uffef"
-_SENTENCE = (
-    r"(?i)(?:(?P<key>" + _KEY_WORDS + r")|(?P<pw>" + _PASSWORD_WORDS + r")|(?P<short>" + _SHORT_WORDS + r"))"
+_SENTENCE = (  # the leading class (first letters of the names) halves the cost of a scan
+    r"(?i)(?=[PKSTJCGLM密秘私令口])(?:(?P<key>" + _KEY_WORDS + r")|(?P<pw>" + _PASSWORD_WORDS + r")|(?P<short>" + _SHORT_WORDS + r"))"
     r"(?=(?:(?P<prep>" + _PREPOSITION + r"[\w.@'’/-]+(?:\s+[\w.@'’/-]+){0,3}?)(?=" + _COPULA + r"))?"
     r"(?:(?P<cop>" + _COPULA + r")|(?P<bare>\s+|(?<=[\u3400-\u9fff])(?=[!-~])))"
     r"(?:(?P<q>[\"'`“‘«„「])\s?(?P<qv>[^\"'`”’»“」\n]{1,200}?)\s?[\"'`”’»」]"
@@ -279,6 +278,7 @@ _PLACEHOLDER_VALUE = re.compile(
     r"|nil|true|false|undefined|secret|password|passwd|pass|token|test|string|value|xxx\w*|\*+\w*)$"
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_]+(?:\.[A-Za-z_]+)*")
+_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # win32api.RegEnumKey, self.key2
 _NEXT_FIELD = re.compile(r";(?=\s*\w+=)")
 _DIGEST = re.compile(r"(?i)(?:sha(?:1|224|256|384|512)|md5)[-:]")  # npm "integrity", pip --hash
 
@@ -368,9 +368,9 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 def _rule_spans(scan: str) -> Iterator[_Span]:
-    long_run = _LONG_RUN.search(scan) is not None
-    for kind, pattern in _RULES:
-        if not (long_run or kind in _ANY_LENGTH):
+    lowered = scan.lower()
+    for kind, keywords, pattern in _RULES:
+        if keywords and not any(k in lowered for k in keywords):
             continue
         rx = _compiled(pattern)
         group = "s" if "s" in rx.groupindex else 0
@@ -417,15 +417,15 @@ def _sentence_spans(scan: str) -> Iterator[_Span]:
         elif m["pw"]:
             pin = "pin" in m["pw"].lower()
             if m["cop"] is not None or _VERB_BEFORE.search(scan, max(0, m.start() - 60), m.start()):
-                ok = _password_like(value, quoted=quoted, pin=pin) or _random_like(value)
+                ok = _password_like(value, quoted=quoted, pin=pin) or _random_like(value, quoted=quoted)
             else:
-                ok = _random_like(value)
+                ok = _random_like(value, quoted=quoted)
             if not ok:
                 continue
             kind = "password"
         else:
             if (_NOT_SECRET_BEFORE.search(scan, max(0, m.start() - 30), m.start())
-                    or not _random_like(value)):
+                    or not _random_like(value, quoted=quoted)):
                 continue
             kind = "secret"
         yield _Span(start, end, kind)
@@ -446,7 +446,8 @@ def _password_like(value: str, *, quoted: bool, pin: bool = False) -> bool:
         return False
     if quoted:
         return len(value.strip()) >= 4 and "\n" not in value
-    if _IDENTIFIER.fullmatch(value) or _VERSION.fullmatch(value) or _DATE.fullmatch(value):
+    if (_IDENTIFIER.fullmatch(value) or _DOTTED_NAME.fullmatch(value) or _VERSION.fullmatch(value)
+            or _DATE.fullmatch(value)):
         return False
     if value.isdigit():
         return len(value) >= (4 if pin else 6)
@@ -458,7 +459,7 @@ def _password_like(value: str, *, quoted: bool, pin: bool = False) -> bool:
             or re.search(r"[a-z][A-Z]", value) is not None)
 
 
-def _random_like(value: str) -> bool:
+def _random_like(value: str, *, quoted: bool = False) -> bool:
     """Whether `value` looks randomly generated, as API keys, tokens and secrets are.
 
     A character-class and entropy test, not a fixed length: 12+ characters, at least a
@@ -467,12 +468,14 @@ def _random_like(value: str) -> bool:
     entropy of at least 0.8 of the most a string of its length and alphabet can have
     (log2 of the smaller of the two; the per-character entropy of Shannon 1948 that
     detect-secrets' high-entropy plugins also use). Digests (`sha256:...`), hex numbers,
-    paths, URLs, e-mail addresses and file names are not.
+    paths, URLs, e-mail addresses, dates, file names and, unquoted, dotted names of code
+    (`win32api.RegEnumKey`) are not.
     """
     n = len(value)
     if (n < 12 or _PLACEHOLDER_VALUE.match(value) or _DIGEST.match(value) or "://" in value
             or value[0] in "/~$%{<.\\" or value[:2].lower() == "0x" or _FILE_NAME.search(value)
-            or _EMAIL.fullmatch(value) or _DATE.fullmatch(value) or any(c.isspace() or c in "()[]{}<>\"'`,;" for c in value)):
+            or _EMAIL.fullmatch(value) or _DATE.fullmatch(value)
+            or (not quoted and _DOTTED_NAME.fullmatch(value)) or any(c.isspace() or c in "()[]{}<>\"'`,;" for c in value)):
         return False
     letters = sum(c.isalpha() for c in value)
     digits = sum(c.isdigit() for c in value)

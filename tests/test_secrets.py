@@ -284,6 +284,7 @@ def test_innocent_prose_in_five_languages_is_untouched(text):
     "the host key is SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8",
     "the cache key is user_42_fr_locale", "token: 8192", "key: 2024-01-01T10:00:00Z",
     "the password is at least 12 characters", "the password is re-used", "PIN code: 4 digits",
+    "RegEnumKey = win32api.RegEnumKey", "if password is self.password2:",
 ])
 def test_code_and_talk_about_secrets_stay(text):
     assert mask(text) == Masked(text)
