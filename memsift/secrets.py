@@ -28,16 +28,17 @@ Two detectors run, and the union of their spans is masked:
    left to the sentence and `NAME=value` rules, which take any value that looks random.
 
 Cost, measured in a fresh interpreter, import of this module (and of logging, dataclasses
-and typing) included, median of 3 (`tests/test_secrets.py::test_cost_in_a_fresh_process`
-prints them again):
+and typing) included, median of 9 CPU times (`bench/secrets_bench.py` prints them again,
+with false hits on prose and on 1 MB of standard-library source, and the cases masked):
 
-- short prose, nothing that could trigger detect-secrets: 22 ms, of which about 9 ms
-  compiles the rules and 0.05 ms is the call; detect-secrets is not imported;
-- 5 KB of ordinary developer text (SHAs, UUIDs, paths, so the gate opens): 146 ms, of
-  which about 100 ms imports detect-secrets, 15 ms loads its plugins and 20 ms scans;
-- 5 KB with 10 planted secrets and a PEM key: 144 ms.
+- short prose, nothing that could trigger detect-secrets: 21 ms (36 ms before the rules
+  were compiled on first use); detect-secrets is not imported and almost no rule compiled;
+- 5 KB with secrets of the corpus, a PEM key and developer prose: 151 ms, of which about
+  100 ms imports detect-secrets.
 
-Once detect-secrets is loaded, 5 KB costs about 20 ms a call.
+Once loaded, masking costs about 0.45 s of CPU per MB of dense developer prose with
+memsift's rules alone (0.95 s before issue 11 added 48 formats and the sentence rule: each
+format now runs only where one of its keywords occurs).
 
 Texts longer than 200,000 characters are masked with memsift's rules alone
 (detect-secrets costs about 5 ms per KB); lines longer than 4,096 characters are given to
