@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import sqlite3
 import tempfile
 from dataclasses import dataclass, replace
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("memsift")
 
 LOCK_TIMEOUT_S = 30.0
+#: The id of any line shaped like a note header, well formed or not (`## N002 - 2026-...`).
+_HEADER_ID = re.compile(r"^## +([A-Za-z0-9][\w.-]*)", re.MULTILINE)
 #: Notes a search may embed itself when the index lags the Markdown (a note or two edited by
 #: hand). Embedding costs 10-30 ms a note on 2 cores (measured here, e5-small-q4), so 8 keep a
 #: prompt within about 250 ms of extra work; beyond that the search answers from the vectors
@@ -115,8 +118,9 @@ class NoteStore:
         """The parsed Markdown (see `notefile.parse_markdown`); an empty file when there is none.
 
         Bytes that are not UTF-8 read as U+FFFD, each such line listed in `problems`, as is
-        each note longer than `MAX_NOTE_CHARS`. Raises `NotesFormatError` (strict) for a file
-        badly formed.
+        each note longer than `MAX_NOTE_CHARS`, and each note superseded by one that is no
+        longer in the file (it reads as active: the link hides nothing). Raises
+        `NotesFormatError` (strict) for a file badly formed.
         """
         try:
             raw = self.markdown.read_bytes()
@@ -124,11 +128,18 @@ class NoteStore:
             return NotesFile(default_preamble(self.title), [], [])
         text, problems = decode(raw, str(self.markdown))
         parsed = parse_markdown(clean(text), str(self.markdown), strict=strict)
+        ids = {n.id for n in parsed.notes}
+        notes = []
         for n in parsed.notes:
             if len(n.text) > MAX_NOTE_CHARS:
                 problems.append(f"{self.markdown}: note {n.id} has {len(n.text):,} characters; memsift recalls "
                                 f"only its first {MAX_NOTE_CHARS:,}: split it with `memsift notes edit`")
-        return replace(parsed, problems=problems + parsed.problems)
+            if n.superseded_by and n.superseded_by not in ids:  # the newer note was deleted by hand
+                problems.append(f"{self.markdown}: note {n.id} is marked superseded by {n.superseded_by}, which is not "
+                                f"in the file, so {n.id} is recalled again; fix its header with `memsift notes edit`")
+                n = replace(n, superseded_by=None)
+            notes.append(n)
+        return replace(parsed, notes=notes, problems=problems + parsed.problems)
 
     def notes(self) -> list[Note]:
         """Every note in the Markdown, superseded ones included. [] when there is no file."""
@@ -144,28 +155,32 @@ class NoteStore:
         (backend "add") that `memsift notes undo` reverts. Ids are never reused, even after
         a note is deleted by hand. Returns the notes as stored.
 
-        Raises `NotesFormatError` if the existing Markdown cannot be read (it is left
-        untouched), `ValueError` for a note that cannot be written as given (see
+        The existing Markdown is read leniently (`read(strict=False)`): appending rewrites
+        none of its lines, so a mistyped header stays as it is, reported in `warnings`, and
+        its id is not given again. Raises `ValueError` for a note that cannot be written as given (see
         `notefile.check_note`), a duplicate id, or a text already noted (skipped instead
         with `skip_known`), and `OSError` when the Markdown cannot be written (then nothing
         was added). What fails after the Markdown is written (the index, the id counter,
         the revision log) is logged and listed in `warnings` instead.
         """
-        from .revision import Supersede, apply_ops, commit
+        from .revision import RevisionError, Supersede, apply_ops, commit
         from .secrets import mask
         from .supersession import link_superseded
 
         self.warnings = []
         with self.lock():
-            existing = self.read().notes
-            ids = {n.id for n in existing}
+            current = self.read(strict=False)  # appending rewrites nothing: a line misread stays as it is
+            existing = current.notes
+            for problem in current.problems:
+                self._warn(problem)
+            ids = {n.id for n in existing} | set(_HEADER_ID.findall(self.text()))  # ids in mistyped headers too
             texts = {n.text: n.id for n in existing if n.active}
             high_water = self.folder / "last_id"
             try:
                 last = int(high_water.read_text().strip() or 0)
             except (FileNotFoundError, ValueError):
                 last = 0
-            counter = 1 + max([last] + [k for n in existing if (k := serial(n.id)) is not None])
+            counter = 1 + max([last] + [k for i in ids if (k := serial(i)) is not None])
             added: list[Note] = []
             for note in new:
                 note = replace(note, text=mask(note.text.strip()).text)
@@ -201,7 +216,7 @@ class NoteStore:
                     try:
                         commit(self, text, text_hash(text), apply_ops(text, ops), action="revise", backend="add", ops=ops)
                         notes = linked
-                    except OSError as exc:
+                    except (OSError, RevisionError) as exc:
                         self._warn(f"the notes were added, but marking {', '.join(op.note for op in ops)} superseded "
                                    f"failed ({exc}); `memsift notes revise` proposes it again")
             numbers = [k for n in added if (k := serial(n.id)) is not None]
@@ -219,7 +234,7 @@ class NoteStore:
             return [by_id[n.id] for n in added]
 
     def _warn(self, message: str) -> None:
-        log.warning("%s: %s", self.folder, message)
+        log.info("%s: %s", self.folder, message)  # the caller shows `warnings`: logged, not printed twice
         self.warnings.append(message)
 
     def vectors_by_id(self) -> dict[str, np.ndarray]:

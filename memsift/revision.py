@@ -41,6 +41,8 @@ from .supersession import link_superseded
 
 log = logging.getLogger("memsift")
 
+#: The link at the end of a superseded note's header.
+_LINK = re.compile(r" +· +superseded by +\S+ *$")
 _FENCE = re.compile(r"```(?:json)?[ \t]*\r?\n(.*?)```", re.DOTALL)
 
 
@@ -243,10 +245,10 @@ def _check_op(op: Op, f: _File, notes: dict[str, Note]) -> tuple[int, str | None
         if op.note == op.by:
             raise RevisionError("a note cannot supersede itself")
         for nid, role in ((op.note, "already"), (op.by, "itself")):
-            if not notes[nid].active:
+            if notes[nid].superseded_by in notes:  # a link to a note deleted by hand hides nothing
                 raise RevisionError(f"{nid} is {role} superseded by {notes[nid].superseded_by}")
         i = f.spans[op.note].start
-        return i, f.content[i].rstrip() + f" · superseded by {op.by}"
+        return i, _LINK.sub("", f.content[i].rstrip()) + f" · superseded by {op.by}"
     if not 1 <= op.line <= len(f.content):
         raise RevisionError(f"line {op.line} does not exist (the file has {len(f.content)} lines)")
     i = op.line - 1
@@ -404,8 +406,6 @@ def undo(store: Store, revision: str | None = None) -> Revision:
         return commit(store, text, sha, after, action="undo", backend=target.backend, ops=ops, undoes=target.id)
 
 
-_LINK = re.compile(r" +· +superseded by +\S+ *$")
-
 
 def _inverse(text: str, before: str, rev: Revision) -> tuple[str, list[Op]]:
     """`text` with revision `rev` (made on `before`) taken back, and the line ops that did it.
@@ -546,7 +546,9 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
     :raises RevisionError: `text` does not parse.
     """
     f = _File.read(text)
-    active = sorted((n for n in f.parsed.notes if n.active), key=lambda n: (n.date, f.spans[n.id].start))
+    ids = {n.id for n in f.parsed.notes}  # a link to a note deleted by hand hides nothing
+    active = sorted((n for n in f.parsed.notes if n.superseded_by not in ids),
+                    key=lambda n: (n.date, f.spans[n.id].start))
     unit: dict[str, np.ndarray] = {}
     for n in active:
         v = np.asarray((vectors or {}).get(n.id, 0.0), dtype=np.float32)

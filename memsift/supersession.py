@@ -9,10 +9,11 @@ false swaps). So a link needs three things at once:
 2. their cosine is at least `MIN_COSINE` and they share at least `MIN_SHARED` content
    words (the same subject named, not just the same register);
 3. the new note says that something changed: it contains a change cue ("moved from",
-   "instead of", "no longer", "remplace", "nicht mehr", "ya no", "改为", ...), or it repeats
-   the older note with a value changed (`changed_value`: "Staging runs in eu-west-1." then
-   "Staging runs in us-east-1."): two notes that differ in a value are never duplicates;
-   the newer one is the correction.
+   "instead of", "no longer", "remplace", "nicht mehr", "ya no", "改为", ...), or, of the
+   same kind, it repeats the older note with a value changed (`changed_value`: "Staging
+   runs in eu-west-1." then "Staging runs in us-east-1."): two notes that differ in a value
+   are never duplicates; the newer one is the correction;
+4. neither is an incident (`EVENT_KINDS`): a newer incident does not make an older untrue.
 
 The result is data: the older note's status becomes "superseded by <id>" in the Markdown,
 where the user can see and undo it, and recall never pastes a superseded note.
@@ -36,24 +37,29 @@ MIN_SHARED = 2
 _CUES = [
     # en
     r"\breplac(?:es|ed|ing)\b", r"\binstead of\b", r"\bno longer\b", r"\bnot .{0,20}anymore\b",
-    r"\bmoved (?:from|off|away|to)\b", r"\bswitched\b", r"\bmigrated\b", r"\bsupersed",
-    r"\brenewed\b", r"\bdropped\b", r"\bnow (?:uses|runs|goes|lives|is)\b", r"\bfrom now on\b",
-    r"\bchanged (?:from|to)\b", r"\bdeprecated\b",
+    r"\bmoved (?:from|off|away|to)\b", r"\bswitched (?:to|from|over|back)\b",
+    r"\bmigrated (?:to|from|off|away)\b", r"\bsupersed", r"\brenewed\b",
+    r"\bdropped (?:\S+ ){0,3}(?:in favou?r of|for)\b", r"\bnow (?:uses|runs|goes|lives|is)\b", r"\bfrom now on\b",
+    r"\bchanged (?:from|to)\b", r"\bdeprecated in favou?r of\b",
     # fr
     r"\bremplac", r"\bau lieu de?\b", r"\bne .{0,30}\bplus\b", r"\bn'.{0,30}\bplus\b",
-    r"\bpass(?:é|e|és|ée) (?:de|à|a|sur|sous)\b", r"\bmigr(?:é|e|ation)", r"\babandonn",
+    r"\bpass(?:é|e|és|ée) (?:de|à|a|sur|sous)\b", r"\bmigr(?:é|ée|és|ées|ons) (?:vers|de|sur)\b",
+    r"\babandonn(?:é|ée|és|ées|ons) (?:\S+ ){0,3}(?:au profit|pour)\b",
     r"\bdésormais\b", r"\bdorénavant\b", r"\brenouvel", r"\bchang(?:é|e) de\b",
     # de
     r"\bersetzt\b", r"\bstatt\b", r"\banstelle\b", r"\bnicht mehr\b", r"\bumgestellt\b",
     r"\bgewechselt\b", r"\bmigriert\b", r"\babgelöst\b", r"\bab jetzt\b", r"\bkünftig\b",
     r"\bneu verhandelt\b", r"\bverlängert\b",
     # es
-    r"\breemplaz", r"\ben (?:lugar|vez) de\b", r"\bya no\b", r"\bcambiamos\b", r"\bmigr(?:ado|amos)\b",
+    r"\breemplaz", r"\ben (?:lugar|vez) de\b", r"\bya no\b", r"\bcambiamos\b", r"\bmigr(?:ado|amos) (?:a|de|desde)\b",
     r"\bpasamos (?:de|a)\b", r"\ba partir de ahora\b", r"\bsustitu", r"\brenovad",
     # zh
-    r"取代", r"替代", r"改为", r"改用", r"不再", r"换成", r"迁移", r"从现在起", r"替换", r"弃用", r"改成",
+    r"取代", r"替代", r"改为", r"改用", r"不再", r"换成", r"迁移到", r"迁移至", r"从现在起", r"替换", r"弃用", r"改成",
 ]
 _CUE = re.compile("|".join(_CUES), re.IGNORECASE)
+# A cue is a phrase of change, not a word that also names a kind of work: "migrated to",
+# not "migration" (the migration job that ran out of memory changed nothing); "dropped X for",
+# not "dropped" (packets, connections). Found in a fresh user's trial, issue 11.
 
 
 def says_change(text: str) -> bool:
@@ -66,6 +72,12 @@ _CJK = re.compile(f"[{CJK_CHARS}]")
 #: `changed_value`: at most this many words changed. Three cover a value with its unit or a
 #: compound name ("eu-west-1" is three tokens, "2,500 calls" two).
 VALUE_WORDS = 3
+#: ... after at least this many shared words: the subject comes first, and a note whose
+#: first words differ is about something else ("staging" / "production").
+VALUE_PREFIX = 2
+#: Kinds that are events, not state: an incident is what happened, a newer one does not make
+#: the older untrue, so incidents neither supersede nor are superseded.
+EVENT_KINDS = frozenset({"incident"})
 
 
 def tokens(text: str) -> list[str]:
@@ -81,18 +93,26 @@ def _words(toks: list[str]) -> int:
 
 
 def changed_value(old: str, new: str) -> bool:
-    """True when `new` repeats `old` with a few words changed, added or dropped: at most
-    `VALUE_WORDS` words on either side of a word-level diff (`difflib.SequenceMatcher`),
-    and no more than the words they share. Identical word sequences are a repeat, not a
-    change: False.
+    """True when `new` repeats `old` with one value changed: the word-level diff
+    (`difflib.SequenceMatcher`) is one span of at most `VALUE_WORDS` words on either side,
+    after at least `VALUE_PREFIX` shared words, and no longer than what they share.
+
+    One span, after a shared start: "Staging runs in eu-west-1." / "... us-east-1." is a
+    value changed; "The staging database is PostgreSQL 14." / "The production database is
+    PostgreSQL 16." changes the subject and the value (two spans, and the first word differs
+    early): two facts, both true. Identical word sequences are a repeat, not a change.
     """
     a, b = tokens(old), tokens(new)
     if not a or not b or a == b:
         return False
     ops = SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-    changed = sum(max(_words(a[i1:i2]), _words(b[j1:j2])) for tag, i1, i2, j1, j2 in ops if tag != "equal")
-    shared = sum(_words(a[i1:i2]) for tag, i1, i2, _, _ in ops if tag == "equal")
-    return changed <= VALUE_WORDS and changed <= shared
+    diff = [op for op in ops if op[0] != "equal"]
+    if len(diff) != 1:
+        return False
+    _, i1, i2, j1, j2 = diff[0]
+    changed = max(_words(a[i1:i2]), _words(b[j1:j2]))
+    shared = sum(_words(a[x1:x2]) for tag, x1, x2, _, _ in ops if tag == "equal")
+    return changed <= VALUE_WORDS and changed <= shared and _words(a[:i1]) >= VALUE_PREFIX
 
 
 def link_superseded(
@@ -119,7 +139,10 @@ def link_superseded(
         if not older:
             continue
         j = max(older, key=lambda j: sims[i, j])
-        if not (says_change(new.text) or changed_value(active[j].text, new.text)):
+        old = active[j]
+        if EVENT_KINDS & {new.kind, old.kind}:
+            continue
+        if not (says_change(new.text) or new.kind == old.kind and changed_value(old.text, new.text)):
             continue
         newer_than_j = [m for m in range(len(active)) if when[m] > when[j]]
         shared = len(content_tokens(new.text) & content_tokens(active[j].text))

@@ -69,6 +69,49 @@ def test_a_correction_supersedes_the_older_note_and_the_reviser_keeps_both(proje
     assert "## N001 · 2026-10-01 · context\n" in (folder / "notes.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("old, new", [
+    ("The staging database is PostgreSQL 14.", "The production database is PostgreSQL 16."),
+    ("Staging runs in AWS region eu-west-1.", "Production runs in AWS region us-east-1."),
+    ("The frontend uses React 18.", "The admin frontend uses React 17."),
+    ("Payments time out after 30 seconds.", "Webhooks time out after 10 seconds."),
+    ("Use Python 3.11 for the API service.", "Use Python 3.12 for the worker service."),
+])
+def test_two_facts_about_different_subjects_both_stay_active(project, memsift_home, old, new):
+    add(project, old, "2026-10-01", "context")
+    done = add(project, new, "2026-12-01", "context")
+    assert done.returncode == 0 and b"supersedes" not in done.stdout
+    assert "superseded by" not in (notes_dir(memsift_home) / "notes.md").read_text(encoding="utf-8").split("-->")[1]
+    dry = run_memsift("notes", "revise", "--dry-run", "--project", str(project))
+    assert dry.stdout == b"nothing to revise\n"
+
+
+def test_an_incident_about_a_migration_does_not_supersede_the_rule_about_migrations(project, memsift_home):
+    add(project, "Never run database migrations during business hours (08:00-18:00 CET): they lock the orders table.",
+        "2026-10-01", "constraint")
+    done = add(project, "The migration job ran out of memory (OOMKilled); root cause: it loaded every order at once; "
+                        "fixed by batching 1,000 rows at a time.", "2026-12-01", "incident")
+    assert done.returncode == 0 and b"supersedes" not in done.stdout
+    dry = run_memsift("notes", "revise", "--dry-run", "--project", str(project))
+    assert dry.stdout == b"nothing to revise\n"
+
+
+def test_a_link_to_a_note_deleted_by_hand_hides_nothing_and_is_reported(project, memsift_home):
+    add(project, ADYEN, "2026-10-01")
+    add(project, "Payment provider: we moved from Adyen to Mollie because of its fees.", "2026-12-01")
+    md = notes_dir(memsift_home) / "notes.md"
+    text = md.read_text(encoding="utf-8")
+    assert "superseded by N002" in text
+    md.write_text(text[: text.index("\n## N002")] + "\n", encoding="utf-8")  # the user deletes the correction
+    listed = run_memsift("notes", "list", "--project", str(project))
+    assert b"superseded by N002, which is not in the file" in listed.stderr
+    assert b"(superseded" not in listed.stdout
+    done = run_memsift("hook", "user-prompt-submit", stdin=payload(ASK, project))
+    assert b"N001" in done.stdout
+    again = add(project, "Payment provider: we moved from Adyen to Stripe because of SEPA support.", "2026-12-02")
+    assert again.returncode == 0 and b"supersedes N001" in again.stdout  # the link is made again, to a note that is there
+    assert "## N001 · 2026-10-01 · decision · superseded by N003\n" in md.read_text(encoding="utf-8")
+
+
 def test_no_reviser_deletes_a_hand_written_note_even_an_llm(project, memsift_home, tmp_path):
     """An LLM reviser (here a script standing in for `claude -p`) that deletes a note written
     by hand is refused whole, and the embedded reviser runs instead."""
