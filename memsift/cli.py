@@ -50,6 +50,16 @@ def _capture(args: argparse.Namespace) -> int:
     home = memsift_home()
     if args.log:
         setup_logging(home, "capture.log")
+    if args.cwd is None:  # the current folder was deleted: a transcript still names its project
+        from .transcript import session_cwd
+
+        try:
+            args.cwd = session_cwd(args.transcript) if args.transcript and not args.sweep else None
+        except OSError:
+            args.cwd = None
+        if args.cwd is None:
+            print("memsift capture: the current folder no longer exists; give --cwd FOLDER", file=sys.stderr)
+            return 1
     try:
         if args.sweep:
             results = sweep(args.cwd, home=home, exclude=args.exclude or "", folder=args.dir and Path(args.dir))
@@ -169,8 +179,9 @@ def _pause(args: argparse.Namespace) -> int:
 #: The log file that holds a failed run's traceback, by event (the hooks log to hook.log).
 _LOG_FILE = {"capture": "capture.log"}
 
-#: Commands that work without a current folder (deleted under the shell): they say so.
-_CWD_OPTIONAL = {"status", "doctor"}
+#: Commands that work without a current folder (deleted under the shell): they say so
+#: (capture takes the project from the transcript).
+_CWD_OPTIONAL = {"status", "doctor", "capture"}
 
 
 def _status(args: argparse.Namespace) -> int:

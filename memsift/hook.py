@@ -176,9 +176,13 @@ def start_capture(payload: dict[str, Any], event: str) -> list[str] | None:
     """
     session = str(payload.get("session_id") or "")
     transcript = payload["transcript_path"]
-    if not Path(payload["cwd"]).is_dir():
-        log.warning("%s: cwd %r is not a folder, nothing to capture", event, payload["cwd"][:200])
-        return None
+    where = payload["cwd"]
+    if not Path(where).is_dir():  # deleted since the session started: the transcript still names the project
+        if event == "session-start" or not transcript or not Path(transcript).parent.is_dir():
+            log.warning("%s: cwd %r is not a folder, nothing to capture", event, payload["cwd"][:200])
+            return None
+        log.info("%s: cwd %r is not a folder: capturing from the transcript's own", event, payload["cwd"][:200])
+        where = str(Path(transcript).parent)
     # -P: the project folder (the cwd) is never on sys.path, so its own `memsift/` cannot shadow
     # ours; `--name=value`: a value starting with "-" stays a value
     command = [sys.executable, "-P", "-m", "memsift", "capture", "--log", f"--cwd={payload['cwd']}"]
@@ -191,7 +195,7 @@ def start_capture(payload: dict[str, Any], event: str) -> list[str] | None:
     else:
         log.warning("%s: no transcript_path or session_id in the payload, nothing to capture", event)
         return None
-    return detach(command, payload["cwd"])
+    return detach(command, where)
 
 
 def detach(command: list[str], cwd: str) -> list[str]:

@@ -79,6 +79,26 @@ def _texts(content) -> str:
     return ""
 
 
+def open_regular(path: str | Path):
+    """`path` opened for reading in binary, if it is a regular file.
+
+    Raises `OSError` for anything else too: a FIFO blocks until a writer comes, and a device
+    such as `/dev/zero` never ends, so a transcript must be a file. The check is on the
+    opened file (`os.fstat`), never on the name, so the file cannot be swapped between the
+    two; a FIFO is opened without blocking.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_transcript(path: str | Path, max_turns: int) -> tuple[list[Turn], set[str]]:
     """The last `max_turns` turns, oldest first, and the ids memsift pasted in the session.
 
@@ -88,9 +108,7 @@ def read_transcript(path: str | Path, max_turns: int) -> tuple[list[Turn], set[s
     if not isinstance(path, (str, Path)) or not str(path):
         return [], set()
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return [], set()
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             fh.seek(0, 2)
             size = fh.tell()
             fh.seek(max(0, size - TAIL_BYTES))
@@ -221,9 +239,9 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
     stays bounded whatever the file's size: lines are read one at a time, oversized lines
     are skipped, and each side of an exchange keeps `MAX_EXCHANGE_CHARS`.
 
-    Raises `OSError` if the file cannot be opened.
+    Raises `OSError` if the file cannot be opened or is not a regular file (`open_regular`).
     """
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         user: str | None = None
         answer: list[str] = []
         start = end = last = offset
@@ -274,9 +292,9 @@ def session_cwd(path: str | Path) -> str | None:
     first one is where the session started); a Codex rollout puts it in the `session_meta`
     line's payload, and again in each `turn_context` (research file `hosts.md`, sections
     C and D5). The first of these within `CWD_MAX_LINES` lines is returned. Raises
-    `OSError` if the file cannot be opened.
+    `OSError` if the file cannot be opened or is not a regular file (`open_regular`).
     """
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         for n, (_, _, line) in enumerate(_lines(fh, 0)):
             if n >= CWD_MAX_LINES:
                 return None

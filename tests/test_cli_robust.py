@@ -121,6 +121,31 @@ def test_the_detached_capture_starts_and_logs_from_a_deleted_folder(tmp_path, me
     assert "Traceback" not in text
 
 
+def test_capture_from_a_deleted_folder_takes_the_project_from_the_transcript(tmp_path, memsift_home):
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    transcript = tmp_path / "s.jsonl"
+    lines = claude_lines([DECISION, ("thanks", "You're welcome.")])
+    write_jsonl(transcript, [{**line, "cwd": str(project)} for line in lines])
+    done = in_deleted_cwd(tmp_path, "capture", "--transcript", str(transcript), "--session", "gone-2", "--final")
+    assert done.returncode == 0, no_traceback(done)
+    assert b"gone-2: 2 exchanges read" in done.stdout
+
+
+def test_a_stop_hook_whose_folder_was_deleted_still_captures(tmp_path, memsift_home):
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    transcript = tmp_path / "t" / "s.jsonl"
+    transcript.parent.mkdir()
+    write_jsonl(transcript, [{**line, "cwd": str(project)} for line in claude_lines([DECISION, ("thanks", "ok")])])
+    payload = {"session_id": "gone-3", "transcript_path": str(transcript), "cwd": str(project / "deleted-subdir"),
+               "hook_event_name": "SessionEnd"}
+    done = run_memsift("hook", "session-end", stdin=json.dumps(payload).encode(), env=FAST)
+    assert done.returncode == 0 and done.stdout == b""
+    log = memsift_home / "logs" / "capture.log"
+    wait_for(lambda: log.exists() and "capture gone-3: 2 exchanges read" in log.read_text(), "the capture ran")
+
+
 # --- a read-only or full memsift home ---------------------------------------------------
 
 def _mount(args: list[str]) -> None:
@@ -263,7 +288,7 @@ def test_a_failed_detached_capture_shows_in_status(tmp_path, memsift_home):
     assert "(logs/capture.log)" in out and runs.exists()
     assert "capture failed" in (memsift_home / "logs" / "capture.log").read_text()
     log = run_memsift("log").stdout.decode()
-    assert "error in capture: IsADirectoryError" in log
+    assert "error in capture: OSError" in log
 
 
 # --- messages ---------------------------------------------------------------------------
@@ -321,3 +346,18 @@ def test_errors_name_the_subcommand(tmp_path, args, name):
     done = run_memsift(*args, "--project", str(tmp_path / "no-such-folder"))
     err = no_traceback(done)
     assert done.returncode == 1 and err.startswith(f"{name}: ") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_a_device_as_transcript_is_refused_at_once(tmp_path, memsift_home):
+    """A transcript must be a regular file: `/dev/zero` never ends, a FIFO blocks."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    done = run_memsift("capture", "--transcript", "/dev/zero", "--session", "z", "--final", f"--cwd={project}",
+                       env=FAST, timeout=60)
+    assert done.returncode == 1 and b"/dev/zero is not a regular file" in done.stderr
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    done = run_memsift("capture", "--transcript", str(fifo), "--session", "f", "--final", f"--cwd={project}",
+                       env=FAST, timeout=60)
+    assert done.returncode == 1 and b"is not a regular file" in done.stderr
