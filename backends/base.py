@@ -21,6 +21,12 @@ class Passage:
     text: str
 
 
+def exchange_passage_id(note_id: str) -> str:
+    """The id of the passage capture keeps beside note `note_id`, from the same exchange
+    (`N012` -> `N012-x`): pasting one makes the other redundant."""
+    return f"{note_id}-x"
+
+
 @dataclass(frozen=True)
 class SearchResult:
     """Passages best first with their cosines (when known) and the tier's median cosine.

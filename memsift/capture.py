@@ -450,6 +450,7 @@ def _finish(state: CaptureState, unit: PendingCapture, home: Path, encoder) -> l
     """Write what `unit` records to every store, each step idempotent, then move the offset;
     the ids of its notes. Run on a new unit and on one a killed capture left behind."""
     from .backends import Passage
+    from .backends.base import exchange_passage_id
     from .backends.sqlite import SQLiteBackend
     from .notes import NoteStore
 
@@ -458,7 +459,7 @@ def _finish(state: CaptureState, unit: PendingCapture, home: Path, encoder) -> l
         _write_notes(store, unit)
         state.advance(unit, "noted")
     noted = [n for n in unit.notes if n.id]
-    passages = [Passage(f"{n.id}-x", n.date, n.passage) for n in noted]
+    passages = [Passage(exchange_passage_id(n.id), n.date, n.passage) for n in noted]
     if unit.stage == "noted":
         if passages:
             backend = SQLiteBackend(Path(unit.folder) / "passages.sqlite", store.encoder)

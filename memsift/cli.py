@@ -494,8 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("hook", help="run a host hook: reads the host's JSON on stdin, prints the context to add; always exits 0")
-    p.add_argument("event", choices=["user-prompt-submit", "stop", "pre-compact", "session-end", "session-start"],
-                   help="the host's hook event (UserPromptSubmit, Stop, PreCompact, SessionEnd, SessionStart)")
+    p.add_argument("event", metavar="EVENT",  # no `choices`: an unknown event is logged and exits 0, as every hook
+                   help="the host's hook event: user-prompt-submit, stop, pre-compact, session-end or session-start")
     p.set_defaults(func=_hook)
 
     p = sub.add_parser("capture", help="keep what a session's transcript holds worth keeping (notes and passages)")
@@ -627,6 +627,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{_command(args)}: the current folder no longer exists; cd to the project or give --{exc} FOLDER",
               file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `memsift notes list | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)  # as the Python docs advise (library/signal, note on SIGPIPE)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except OSError as exc:  # an unwritable or misplaced MEMSIFT_HOME, a full disk: say so, no traceback
         print(f"{_command(args)}: {exc}", file=sys.stderr)
         return 1

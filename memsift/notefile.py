@@ -114,6 +114,8 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
             problem = f"{source}:{lineno}: expected '## <id> · <YYYY-MM-DD> · <kind>', got {line!r}"
         elif m and m["kind"] not in KINDS:
             problem = f"{source}:{lineno}: kind {m['kind']!r} is not one of {', '.join(KINDS)}"
+        elif m and not _real_date(m["date"]):
+            problem = f"{source}:{lineno}: date {m['date']!r} is not a date of the calendar"
         if problem:
             if strict:
                 raise NotesFormatError(problem)
@@ -129,6 +131,14 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
             preamble.append(line)
     close()
     return NotesFile("\n".join(preamble).rstrip(), notes, problems)
+
+
+def _real_date(text: str) -> bool:
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def default_preamble(title: str) -> str:

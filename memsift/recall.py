@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .backends import BackendUnavailable, PassageBackend
+from .backends.base import exchange_passage_id
 from .classifiers import ChoiceModel, Request, load_question
 from .classifiers.features import MAX_EMBED_CHARS, content_tokens
 from .config import Settings
@@ -255,7 +256,8 @@ class Recaller:
         except BackendUnavailable as exc:
             self._step(trace, "passages", t0, error=str(exc))
             return Recall(genre, [], "")
-        keep = [i for i, p in enumerate(found.passages) if p.id not in pasted]
+        said = pasted | {exchange_passage_id(i) for i in pasted}  # a pasted note's own exchange is said too
+        keep = [i for i, p in enumerate(found.passages) if p.id not in said]
         items = [Item(p.id, "passage", p.date, p.text) for p in (found.passages[i] for i in keep)]
         vectors = found.vectors[keep] if found.vectors is not None else None
         background = (found.background, found.count) if found.background is not None else None

@@ -361,3 +361,28 @@ def test_a_device_as_transcript_is_refused_at_once(tmp_path, memsift_home):
     done = run_memsift("capture", "--transcript", str(fifo), "--session", "f", "--final", f"--cwd={project}",
                        env=FAST, timeout=60)
     assert done.returncode == 1 and b"is not a regular file" in done.stderr
+
+
+def test_an_unknown_hook_event_exits_0_through_the_console_script_too(memsift_home):
+    done = subprocess.run([sys.executable, "-c", "import sys; from memsift.cli import main; sys.exit(main())",
+                           "hook", "bogus-event"], input=b"{}", capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert "unknown hook event 'bogus-event'" in (memsift_home / "logs" / "hook.log").read_text()
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path, memsift_home):
+    project = make_project(tmp_path)
+    for k in range(40):
+        run_memsift("notes", "add", "--project", str(project), "--kind", "context", f"Fact {k}: " + "x" * 3000, env=FAST)
+    command = shlex.join([sys.executable, "-m", "memsift", "notes", "list", "--project", str(project)])
+    done = subprocess.run(["bash", "-c", f"set -o pipefail; {command} | head -c 10 >/dev/null"], capture_output=True,
+                          timeout=120, env={**os.environ, **FAST})
+    assert done.returncode == 0 and b"Broken pipe" not in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_an_impossible_date_in_a_header_is_reported(tmp_path, memsift_home):
+    project = make_project(tmp_path)
+    md = project_dir(project, memsift_home) / "notes.md"
+    md.write_text(md.read_text(encoding="utf-8") + "\n## N009 · 2026-13-45 · context\nA note.\n", encoding="utf-8")
+    listed = run_memsift("notes", "list", "--project", str(project), env=FAST)
+    assert b"date '2026-13-45' is not a date of the calendar" in listed.stderr

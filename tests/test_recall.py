@@ -75,6 +75,19 @@ def test_ledger_ids_are_never_pasted_again(stores, encoder, scripted):
     assert "N1" not in [i.id for i in result.items]
 
 
+def test_the_passage_of_a_pasted_note_is_not_pasted_after_it(tmp_path, encoder, scripted):
+    """Capture keeps a note and the passage of its exchange (`N7`, `N7-x`): once the note
+    was pasted in a session, its passage says nothing new."""
+    backend = SQLiteBackend(tmp_path / "passages.sqlite", encoder)
+    backend.add([Passage("N7-x", "2026-05-01", "User: the upload test flaked again. Assistant: the S3 mock timed "
+                                               "out; raised the timeout to 5 s.")])
+    notes = NoteStore(tmp_path / "notes", "shop", encoder=encoder)
+    model = scripted(topic="problem", answers={"N7-x": 0.9})
+    assert [i.id for i in Recaller(model, encoder, notes, backend).recall("the upload test flaked again").items] == ["N7-x"]
+    again = Recaller(model, encoder, notes, backend).recall("the upload test flaked again", pasted={"N7"})
+    assert again.items == []
+
+
 def test_item_already_in_the_conversation_is_not_pasted(stores, encoder, scripted):
     model = scripted(answers={"N1": 0.9})
     previous = [Turn("which payment provider?", "Adyen was chosen over Stripe because of SEPA direct debit payments.")]
