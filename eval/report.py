@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from .replay import Figures
+from .figures import Figures
 
 _COLORS = {"memsift": "#2b6cb0", "origin": "#a0aec0"}
 

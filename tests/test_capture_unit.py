@@ -10,7 +10,6 @@ its passage exactly once, the capture row is written, and a third run adds nothi
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
