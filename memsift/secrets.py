@@ -17,9 +17,11 @@ Two detectors run, and the union of their spans is masked:
    `.py` or `.env` the unquoted forms are not.
 2. memsift's own rules for what detect-secrets misses or reports badly: the whole PEM
    block (detect-secrets reports only its header, trap 2), newer token formats (Anthropic,
-   Google, Hugging Face...), credentials in URLs, `NAME=value` lines whose NAME sounds
-   secret, and secrets named in a sentence in en/fr/de/es/zh ("the password for staging is
-   V", "le mot de passe de la prod est V", "密码是V", "the secret is <random>"). Most
+   Google, Hugging Face...), credentials in URLs and the key of a Sentry DSN, passwords on
+   a command line (`mysql -pV`, `sshpass -p V`, `PGPASSWORD=V psql`), `NAME=value` lines
+   whose NAME sounds secret, and secrets named in a sentence in en/fr/de/es/zh ("the
+   password for staging is V", "le mot de passe root est V", "密码是V", "my passphrase is
+   correct horse battery staple", "the secret is <random>"). Most
    formats are taken from gitleaks' default config (MIT), commit 420a0f5:
    https://github.com/gitleaks/gitleaks/blob/420a0f55f4a7a03dfe701ceb1f4f66a7c68b26b4/config/gitleaks.toml
    and, for the prefixed formats added for issue 11, commit b58d3f1 (2026-07-22):
@@ -235,8 +237,10 @@ _PASSWORD_NAME = re.compile(r"(?i)pass|pwd|\bpw\b|contrase|mot de passe|mdp|kenn
 # in", "le mot de passe de la prod est V", "das Kennwort lautet V", "la clave del wifi es V",
 # "密码是V", "the secret is V", "api key V". Our own rule. The name is a password word
 # (group `pw`), a key word (`key`) or a shorthand that only counts before ":" or "="
-# (`short`: pw, pwd, pass...); a prepositional phrase may follow it ("for the staging db",
-# "de la prod", "für den Server"), then a copula, a colon or nothing, then the value. What
+# (`short`: pw, pwd, pass...), or a passphrase word (`phrase`); a prepositional phrase may
+# follow it ("for the staging db", "de la prod", "für den Server") or, after a password or
+# passphrase word, one or two qualifier words ("clave ssh", "mot de passe root",
+# `_QUALIFIER`), then a copula, a colon or nothing, then the value. What
 # the value must look like depends on that context: see `_sentence_spans`.
 _LETTER_BEFORE = r"(?<![^\W\d_])"  # not right after a letter: DB_PASSWORD and api-key, not tiktoken
 _KEY_WORDS = (_LETTER_BEFORE + r"(?:secret|secreto|geheimnis|token|jeton|key|(?:clé|cle)(?:[ ](?:d['’])?api|[ ]secrète|[ ]privée)?|llave|credentials?"
