@@ -116,7 +116,7 @@ def _cut(text: str, room: int, more: bool) -> str:
     return keep.rstrip() + "…"
 
 
-def pasteable(text: str, room: int) -> str:
+def pasteable(text: str, room: int, tier: str = "note") -> str:
     """What of a stored `text` is pasted in at most `room` characters.
 
     Only a bounded prefix is read (`room + MASK_MARGIN_CHARS` characters), so the cost does
@@ -125,7 +125,8 @@ def pasteable(text: str, room: int) -> str:
     turned into spaces (every line of a paste carries its frame), and memsift's own frame
     and header escaped (`transcript.escape_stored`). Text that reads like an instruction to
     the agent (`memsift.injection.find`) is pasted after `QUOTED` as a JSON string literal,
-    never bare. Returns "" when `room` cannot hold a useful part.
+    never bare; `tier` ("note" or "passage", `Item.tier`) tells it whether speaker labels
+    are the text's own form. Returns "" when `room` cannot hold a useful part.
     """
     from .injection import find
     from .secrets import mask
@@ -134,7 +135,7 @@ def pasteable(text: str, room: int) -> str:
     more = len(window) < len(text)
     masked = mask(window).text
     flat = escape_stored(" ".join(masked.split()))
-    if find(masked) is None:  # before the line breaks go: some shapes start a line
+    if find(masked, tier) is None:  # before the line breaks go: some shapes start a line
         return _cut(flat, room, more) if room > 1 else ""
     n = room - len(QUOTED) - 3
     while n > 1:
@@ -170,7 +171,7 @@ def render(items: list[Item], max_chars: int) -> tuple[str, list[Item]]:
         room = budget - 1  # the newline
         if room <= bare + 20:
             break
-        text = pasteable(item.text, room - bare)
+        text = pasteable(item.text, room - bare, item.tier)
         if not text:
             break
         item = Item(item.id, item.tier, item.date, text, item.kind)

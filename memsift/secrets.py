@@ -17,9 +17,11 @@ Two detectors run, and the union of their spans is masked:
    `.py` or `.env` the unquoted forms are not.
 2. memsift's own rules for what detect-secrets misses or reports badly: the whole PEM
    block (detect-secrets reports only its header, trap 2), newer token formats (Anthropic,
-   Google, Hugging Face...), credentials in URLs, `NAME=value` lines whose NAME sounds
-   secret, and secrets named in a sentence in en/fr/de/es/zh ("the password for staging is
-   V", "le mot de passe de la prod est V", "密码是V", "the secret is <random>"). Most
+   Google, Hugging Face...), credentials in URLs and the key of a Sentry DSN, passwords on
+   a command line (`mysql -pV`, `sshpass -p V`, `PGPASSWORD=V psql`), `NAME=value` lines
+   whose NAME sounds secret, and secrets named in a sentence in en/fr/de/es/zh ("the
+   password for staging is V", "le mot de passe root est V", "密码是V", "my passphrase is
+   correct horse battery staple", "the secret is <random>"). Most
    formats are taken from gitleaks' default config (MIT), commit 420a0f5:
    https://github.com/gitleaks/gitleaks/blob/420a0f55f4a7a03dfe701ceb1f4f66a7c68b26b4/config/gitleaks.toml
    and, for the prefixed formats added for issue 11, commit b58d3f1 (2026-07-22):
@@ -196,6 +198,24 @@ _RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("basic-auth", ('-u', '--user'), r"(?:^|(?<=[\s'\"]))(?:-u|--user)[ \t=]+[\"']?[^\s:'\"]{1,100}:(?P<s>[^\s'\"]{3,200})"),
         ("basic-auth", ('authorization',), r"(?i)\bauthorization:[ \t]*basic[ \t]+(?P<s>[A-Za-z0-9+/]{8,400}={0,3})"),
         ("bearer-token", ('bearer',), r"(?i)\bbearer[ \t]+(?P<s>(?=[\w~+/.=-]{0,400}\d)[\w~+/.=-]{16,400})"),
+        # A password given to a command on its command line. mysql and its tools take it glued
+        # to -p (`-pV`; `-p V` prompts and V is the database), sshpass after -p; both only on
+        # a command line that names the tool, so `gcc -pthread` and `docker run -p 8080` stay.
+        # `--password=V` and `--password V` are the `_ASSIGNMENT` rule's.
+        # https://dev.mysql.com/doc/refman/8.4/en/connection-options.html#option_general_password
+        ("password", ('mysql', 'mariadb'), r"\b(?:mysql\w*|mariadb[\w-]*)\b[^\n|;&]{0,200}?(?<=\s)-p"
+                     r"(?![\"']?\$)(?P<q>['\"])?(?P<s>(?(q)[^'\"\n]{1,200}(?=['\"])|[^\s'\"-][^\s'\"]{0,199}))"),
+        ("password", ('sshpass',), r"\bsshpass\b[^\n|;&]{0,100}?(?<=\s)-p[ \t]*(?![\"']?\$)(?P<q>['\"])?(?P<s>(?(q)[^'\"\n]{1,200}(?=['\"])|[^\s'\"-][^\s'\"]{0,199}))"),
+        # The environment variables these clients read a password from, as a command's prefix
+        # or an export: libpq PGPASSWORD, mysql MYSQL_PWD, sshpass -e SSHPASS, redis-cli
+        # REDISCLI_AUTH. Any value: a password is often a short word here.
+        ("password", ('pgpassword', 'mysql_pwd', 'sshpass=', 'rediscli_auth'),
+                     r"(?<![\w.-])(?:PGPASSWORD|MYSQL_PWD|SSHPASS|REDISCLI_AUTH)=(?![\"']?\$)(?P<q>['\"])?(?P<s>(?(q)[^'\"\n]{1,200}(?=['\"])|[^\s'\";&|]{1,200}))"),
+        # A Sentry DSN, `https://<public key>[:<secret key>]@<host>/<project id>`: the key
+        # part before @ lets anyone send events as the project. gitleaks has no DSN rule (its
+        # sentry rules are for sntryu_/sntrys_ tokens); the shape is Sentry's:
+        # https://docs.sentry.io/concepts/key-terms/dsn-explainer/
+        ("sentry-dsn", ('://',), r"\bhttps?://(?P<s>[a-f0-9]{32}(?::[a-f0-9]{32})?)@[\w.-]{1,100}(?::\d{1,5})?/(?:[\w.-]{1,50}/){0,3}\d{1,12}\b"),
 )
 
 # `NAME=value`, `NAME: value`, `"NAME": "value"`, `--name value`: our own rule. NAME must
@@ -217,35 +237,48 @@ _PASSWORD_NAME = re.compile(r"(?i)pass|pwd|\bpw\b|contrase|mot de passe|mdp|kenn
 # in", "le mot de passe de la prod est V", "das Kennwort lautet V", "la clave del wifi es V",
 # "密码是V", "the secret is V", "api key V". Our own rule. The name is a password word
 # (group `pw`), a key word (`key`) or a shorthand that only counts before ":" or "="
-# (`short`: pw, pwd, pass...); a prepositional phrase may follow it ("for the staging db",
-# "de la prod", "für den Server"), then a copula, a colon or nothing, then the value. What
+# (`short`: pw, pwd, pass...), or a passphrase word (`phrase`); a prepositional phrase may
+# follow it ("for the staging db", "de la prod", "für den Server") or, after a password or
+# passphrase word, one or two qualifier words ("clave ssh", "mot de passe root",
+# `_QUALIFIER`), then a copula, a colon or nothing, then the value. What
 # the value must look like depends on that context: see `_sentence_spans`.
 _LETTER_BEFORE = r"(?<![^\W\d_])"  # not right after a letter: DB_PASSWORD and api-key, not tiktoken
 _KEY_WORDS = (_LETTER_BEFORE + r"(?:secret|secreto|geheimnis|token|jeton|key|(?:clé|cle)(?:[ ](?:d['’])?api|[ ]secrète|[ ]privée)?|llave|credentials?"
               r"|clave[ ](?:de[ ])?api|clave[ ](?:secreta|privada))"
               r"|schlüssel|(?-i:(?<=[a-z])(?:Secret|Token|Key))|密钥|秘钥|私钥|令牌")
-_PASSWORD_WORDS = (_LETTER_BEFORE + r"(?:passw(?:or)?d|pass[ -]?phrase|passcode|mot[ ]de[ ]passe|mdp"
-                   r"|phrase[ ](?:secrète|de[ ]passe)|contrase(?:ñ|n)a|clave)"
-                   r"|passwort|kennwort|(?-i:(?<=[a-z])(?:Password|Passwd|Passphrase))"
+# A passphrase is several words by nature: its value runs to the end of the clause.
+_PASSPHRASE_WORDS = (_LETTER_BEFORE + r"(?:pass[ -]?phrase|phrase[ ](?:secrète|de[ ]passe)|frase[ ](?:de[ ]contraseña|secreta))"
+                     r"|(?-i:(?<=[a-z])Passphrase)|口令短语|密码短语")
+_PASSWORD_WORDS = (_LETTER_BEFORE + r"(?:passw(?:or)?d|passcode|mot[ ]de[ ]passe|mdp"
+                   r"|contrase(?:ñ|n)a|clave)"
+                   r"|passwort|kennwort|(?-i:(?<=[a-z])(?:Password|Passwd))"
                    r"|(?-i:" + _LETTER_BEFORE + r"PIN)(?:[ -]?code)?|code[ ]PIN|密码|密碼|口令")
 _SHORT_WORDS = r"(?<![\w.-])(?:pw|pwd|pass|passwd|mdp|pin)"
 _PREPOSITION = (r"(?:\s+(?:for|on|of|to|at|in|from|de|du|des|pour|sur|chez|dans|à|au|aux|für|fuer|von|vom"
                 r"|zum|zur|auf|bei|im|am|del|para|en|al|por)\s+|\s+d['’])")
+_COPULA_WORD = r"(?:is|was|est|était|sera|ist|lautet|war|es|era|será)(?!\w)"
+# One or two words that qualify a password word before its copula: "mot de passe root est
+# V", "clave ssh es V", "password you gave was V". Not a word naming a shape or a place.
+_QUALIFIER = (r"(?:\s+(?!" + _COPULA_WORD + r"|(?:file|path|url|name|id|hash|format|length|size|type|policy|manager"
+              r"|field|hint|reset|prompt|rule|requirement|fichier|chemin|nom|datei|archivo|nombre)(?!\w))"
+              r"[\w.@'’/-]+){1,2}")
 _COPULA = (r"\s*(?:[:=：]|=>|->)\s*"
-           r"|\s+(?:is|was|est|était|sera|ist|lautet|war|es|era|será)(?!\w)"
+           r"|\s+" + _COPULA_WORD +
            r"(?:\s+(?:now|still|currently|actually|just|maintenant|désormais|toujours|jetzt|nun|ahora|todavía)(?!\w))?"
            r"\s*[:：]?\s*"
            r"|\s*(?:是|为|為|设置为|设为|改为|改成|设成)\s*")
 _CJK = r"\u3000-\u303f\u3400-\u9fff\uff00-\uffef"
 _SENTENCE = (  # the leading class (first letters of the names) halves the cost of a scan
-    r"(?i)(?=[PKSTJCGLM密秘私令口])(?:(?P<key>" + _KEY_WORDS + r")|(?P<pw>" + _PASSWORD_WORDS + r")|(?P<short>" + _SHORT_WORDS + r"))"
-    r"(?=(?:(?P<prep>" + _PREPOSITION + r"[\w.@'’/-]+(?:\s+[\w.@'’/-]+){0,3}?)(?=" + _COPULA + r"))?"
+    r"(?i)(?=[PKSTJCGLMF密秘私令口])(?:(?P<key>" + _KEY_WORDS + r")|(?P<phrase>" + _PASSPHRASE_WORDS + r")"
+    r"|(?P<pw>" + _PASSWORD_WORDS + r")|(?P<short>" + _SHORT_WORDS + r"))"
+    r"(?=(?:(?P<prep>" + _PREPOSITION + r"[\w.@'’/-]+(?:\s+[\w.@'’/-]+){0,3}?"
+    r"|(?(pw)" + _QUALIFIER + r"|(?(phrase)" + _QUALIFIER + r"|(?!))))(?=" + _COPULA + r"))?"
     r"(?:(?P<cop>" + _COPULA + r")|(?P<bare>\s+|(?<=[\u3400-\u9fff])(?=[!-~])))"
     r"(?:(?P<q>[\"'`“‘«„「])\s?(?P<qv>[^\"'`”’»“」\n]{1,200}?)\s?[\"'`”’»」]"
     r"|(?P<v>[^\s\"'`“”‘’«»„「」" + _CJK + r"]{1,200})))"
 )  # all but the name is a lookahead, so that "secret key is V" is also read from "key"
 # Every name `_SENTENCE` knows holds one of these: without one, it is neither compiled nor run.
-_SENTENCE_HINT = re.compile(r"(?i)pass|pw|pin|key|token|secr|geheim|jeton|cl[eé]|clave|llave|credential|kennwort|mdp"
+_SENTENCE_HINT = re.compile(r"(?i)pass|pw|pin|key|token|secr|geheim|jeton|cl[eé]|clave|llave|credential|kennwort|mdp|frase"
                             r"|contrase|schlüssel|密码|密碼|口令|密钥|秘钥|私钥|令牌")
 # A verb just before a password word makes "use password V" a password given, not a topic.
 _VERB_BEFORE = re.compile(
@@ -394,7 +427,13 @@ def _sentence_spans(scan: str) -> Iterator[_Span]:
     - a password word with a copula or a colon ("password for X is V", "密码：V"), or a
       shorthand before ":"/"=" ("pw: V", "pass=V"): `_password_like`;
     - a password word right before the value, after a verb ("use password V", "avec le mot
-      de passe V", "mit dem Passwort V", "用密码V"): `_password_like`;
+      de passe V", "mit dem Passwort V", "用密码V"): `_password_like`; a value cut by a
+      space goes on while the next word also has a digit or a symbol ("p@ss w0rd",
+      `_password_pieces`);
+    - a passphrase word with a copula or a colon ("my ssh passphrase is correct horse
+      battery staple"): the value runs to the end of the clause (`_passphrase_end`), at most
+      8 words or 100 characters, unless it reads like a sentence about the passphrase
+      ("is stored in the vault"); a one-word value is judged as a password's;
     - anything else (a key, token or secret word, with or without a copula, or a password
       word with no verb before it): the value must look random, `_random_like`.
     """
@@ -410,13 +449,22 @@ def _sentence_spans(scan: str) -> Iterator[_Span]:
         value = scan[start:end]
         if not value:
             continue
+        if m["phrase"] and not quoted and (m["cop"] is not None or _VERB_BEFORE.search(scan, max(0, m.start() - 60), m.start())):
+            clause_end = _passphrase_end(scan, start)
+            if clause_end > end:
+                if _passphrase_like(scan[start:clause_end]):
+                    yield _Span(start, clause_end, "password")
+                continue
+        if (m["pw"] or m["phrase"]) and not quoted:
+            end = _password_pieces(scan, start, end)
+            value = scan[start:end]
         if m["short"]:
             if not (m["cop"] and m["cop"].strip() in ":=：" and m["prep"] is None
                     and _password_like(value, quoted=quoted, pin=m["short"].lower() == "pin")):
                 continue
             kind = "password"
-        elif m["pw"]:
-            pin = "pin" in m["pw"].lower()
+        elif m["pw"] or m["phrase"]:
+            pin = "pin" in (m["pw"] or "").lower()
             if m["cop"] is not None or _VERB_BEFORE.search(scan, max(0, m.start() - 60), m.start()):
                 ok = _password_like(value, quoted=quoted, pin=pin) or _random_like(value, quoted=quoted)
             else:
@@ -430,6 +478,69 @@ def _sentence_spans(scan: str) -> Iterator[_Span]:
                 continue
             kind = "secret"
         yield _Span(start, end, kind)
+
+
+_CLAUSE_END = re.compile(r"[.;,)!?](?=\s|$)|[\n，。；！？）]")
+_PHRASE_WORD = re.compile(r"[^\W_][\w'’&@#$%^*+=!?~-]*")
+# The first word of a sentence about a passphrase, not of one: "is stored in the vault",
+# "is too short", "ist im Tresor", "est dans 1Password", "es obligatoria".
+_NOT_PHRASE_START = re.compile(
+    r"(?i)(?:not|no|never|too|very|so|the|a|an|in|at|on|for|to|from|of|by|with|only|still|now|also|always"
+    r"|required|optional|empty|wrong|incorrect|invalid|missing|long|short|weak|strong|secure|set|kept|unknown"
+    r"|same|different|case|what|where|how|needed|mandatory|shared|known|below|above|here|there|that|this|it"
+    r"|pas|dans|trop|requis|requise|obligatoire|vide|la|le|les|une|un|ici|dé(?:fini|finie)|stockée?"
+    r"|nicht|kein|keine|zu|im|der|die|das|ein|eine|falsch|leer|erforderlich|hier|gespeichert"
+    r"|en|el|los|las|una|muy|demasiado|incorrecta|obligatoria|aquí|guardada|vacía"
+    r"|\w+ed|\w+ée?s?)$"
+)
+
+
+def _passphrase_end(scan: str, start: int) -> int:
+    """Where the passphrase value starting at `start` ends: the end of its clause (`. ; , )
+    ! ?` before a space, a line break, CJK punctuation, or the end), at most 8 words and
+    100 characters."""
+    limit = min(len(scan), start + 100)
+    stop = _CLAUSE_END.search(scan, start, limit)
+    end = stop.start() if stop else limit
+    words = list(re.finditer(r"\S+", scan[start:end]))
+    if len(words) > 8:
+        end = start + words[7].end()
+    elif not stop and end == start + 100 and end < len(scan) and not scan[end].isspace() and len(words) > 1:
+        end = start + words[-2].end()  # never cut a word at the character limit
+    return end
+
+
+def _passphrase_like(value: str) -> bool:
+    """Whether the words of `value` (2 to 8, from `_passphrase_end`) read as a passphrase:
+    each a word of letters, digits and symbols (not code, a path or a URL), and the first
+    not one that starts a sentence about the passphrase (`_NOT_PHRASE_START`)."""
+    words = value.split()
+    return (2 <= len(words) <= 8 and all(_PHRASE_WORD.fullmatch(w) for w in words)
+            and not _NOT_PHRASE_START.fullmatch(words[0]) and not _PLACEHOLDER_VALUE.match(words[0]))
+
+
+_PIECE = re.compile(r"[ ](?=[^\s\"'`]*[^\W\d_])(?=[^\s\"'`]*(?:\d|[^\w\s]))[^\s\"'`()\[\]{}<>]{2,40}")
+
+
+def _password_pieces(scan: str, start: int, end: int) -> int:
+    """The end of a password value `scan[start:end]` grown over the words that continue it
+    across a single space: the value and each word have a letter and a digit or a symbol
+    ("p@ss w0rd"), so "hunter22 for staging" or "is 12 characters" do not grow. At most 4
+    words."""
+    first = scan[start:end]
+    if not (any(c.isalpha() for c in first) and any(not c.isalpha() for c in first)):
+        return end
+    for _ in range(3):
+        m = _PIECE.match(scan, end)
+        if not m:
+            break
+        piece_end = m.end()
+        while piece_end > m.start() + 1 and scan[piece_end - 1] in _VALUE_END:
+            piece_end -= 1
+        if piece_end - m.start() < 3:
+            break
+        end = piece_end
+    return end
 
 
 def _password_like(value: str, *, quoted: bool, pin: bool = False) -> bool:
@@ -447,6 +558,8 @@ def _password_like(value: str, *, quoted: bool, pin: bool = False) -> bool:
         return False
     if quoted:
         return len(value.strip()) >= 4 and "\n" not in value
+    if " " in value:  # pieces of one password (`_password_pieces`)
+        return len(value.replace(" ", "")) >= 6
     if (_IDENTIFIER.fullmatch(value) or _DOTTED_NAME.fullmatch(value) or _VERSION.fullmatch(value)
             or _DATE.fullmatch(value)):
         return False
@@ -466,9 +579,12 @@ def _random_like(value: str, *, quoted: bool = False) -> bool:
     A character-class and entropy test, not a fixed length: 12+ characters, at least a
     fifth of them letters, digits and letters (or, from 20 characters, both cases), not
     words joined by separators (`test_password_reset`, `foo.bar-baz`), and a Shannon
-    entropy of at least 0.8 of the most a string of its length and alphabet can have
-    (log2 of the smaller of the two; the per-character entropy of Shannon 1948 that
-    detect-secrets' high-entropy plugins also use). Digests (`sha256:...`), hex numbers,
+    entropy (per character, of the string's own character frequencies: Shannon 1948, as
+    detect-secrets' high-entropy plugins measure it) of at least 0.8 of what a string of
+    its length drawn uniformly from its alphabet has on average (`_expected_entropy`).
+    The average, not the most (log2 of the smaller of length and alphabet): a random
+    40-character base64 string repeats characters and has 4.8 bits on average, not 5.3,
+    and one of base64-encoded text about 4.5, so 0.8 of the most (4.26) missed such keys. Digests (`sha256:...`), hex numbers,
     paths, URLs, e-mail addresses, dates, file names and, unquoted, dotted names of code
     (`win32api.RegEnumKey`) are not.
     """
@@ -495,7 +611,19 @@ def _random_like(value: str, *, quoted: bool = False) -> bool:
         alphabet = 62
     else:
         alphabet = 64
-    return _shannon_entropy(value) >= 0.8 * math.log2(min(n, alphabet))
+    return _shannon_entropy(value) >= 0.8 * _expected_entropy(n, alphabet)
+
+
+@functools.lru_cache(maxsize=1024)
+def _expected_entropy(n: int, alphabet: int) -> float:
+    """Mean `_shannon_entropy` (bits per character) of `n` characters drawn uniformly and
+    independently from `alphabet` symbols: log2(n) - (k/n) E[c log2 c], each symbol's
+    count c being Binomial(n, 1/k) (the plug-in estimator's mean; Paninski 2003,
+    "Estimation of entropy and mutual information", Neural Computation 15(6))."""
+    log_p, log_q = math.log(1 / alphabet), math.log1p(-1 / alphabet)
+    mean = sum(math.exp(math.lgamma(n + 1) - math.lgamma(c + 1) - math.lgamma(n - c + 1) + c * log_p + (n - c) * log_q)
+               * c * math.log2(c) for c in range(2, n + 1))
+    return math.log2(n) - alphabet * mean / n
 
 
 def _shannon_entropy(value: str) -> float:
@@ -605,12 +733,18 @@ def _occurrences(piece: str, value: str) -> Iterator[int]:
 
 
 _TOKEN_CHAR = re.compile(r"[A-Za-z0-9_-]")
+_GLUED_FLAG = re.compile(r"(?:^|(?<=\s))-p$")  # a value glued to mysql's -p flag
 
 
 def _whole_token(text: str, span: _Span) -> _Span:
     """`span` grown to the whole run of token characters it sits in, so that a token longer
     (or with more prefix) than its rule expects is never half masked."""
     start, end = span.start, span.end
+    if _GLUED_FLAG.search(text, max(0, start - 3), start):  # `mysql -pV`: V, not its flag
+        start += 1  # (the loop below then stops at once: text[start - 1] is the span's own)
+        while end < len(text) and _TOKEN_CHAR.match(text[end]) and _TOKEN_CHAR.match(text[end - 1]):
+            end += 1
+        return _Span(span.start, end, span.kind)
     while start > 0 and _TOKEN_CHAR.match(text[start - 1]) and _TOKEN_CHAR.match(text[start]):
         start -= 1
     while end < len(text) and _TOKEN_CHAR.match(text[end]) and _TOKEN_CHAR.match(text[end - 1]):

@@ -236,6 +236,42 @@ def sentences() -> list[Case]:
         Case("zh-miyao-shi", "密钥是{s}", rand("zhkey"), S),
         Case("zh-lingpai-colon", "访问令牌：{s}", rand("zhtok", 32), S),
         Case("zh-api-key-shi", "API key 是 {s}", rand("zhapi", 32), S),
+    ] + second_trial()
+
+
+def second_trial() -> list[Case]:
+    """The gaps a second fresh-user trial found, each as a kind (all values are fakes)."""
+    pw = lambda seed: fake(seed, 4, string.ascii_uppercase) + fake(seed + "d", 3, string.digits) + fake(seed + "l", 4, string.ascii_lowercase)  # noqa: E731
+    b64_text = base64.b64encode(b"foobarbazquxfakekeyfakekeyfake").decode()  # 40 chars, low entropy
+    P, S = "password", "secret"
+    return [
+        # a passphrase runs to the end of its clause, in five languages
+        Case("en-passphrase-words", "my ssh passphrase is {s}", "correct horse battery staple", P),
+        Case("en-passphrase-colon-words", "my passphrase: {s}", "Otter Badger Lynx Fake", P),
+        Case("en-passphrase-clause-end", "the backup passphrase is {s}, keep it offline", "plum otter ribbon lantern", P),
+        Case("fr-phrase-secrete", "la phrase secrète est {s}, ne la perds pas", "Loutre Blaireau Lynx Faux", P),
+        Case("de-passphrase-ist", "die Passphrase ist {s}.", "Otter Dachs Luchs Fake", P),
+        Case("es-frase-de-contrasena", "la frase de contraseña es {s}", "gato azul marino feliz", P),
+        Case("zh-kouling-duanyu", "口令短语是 {s}。", "correct horse battery staple", P),
+        # a password cut by a space goes on while the next word also has a digit or a symbol
+        Case("en-password-with-space", "My password is {s}", "p@ss w0rd", P),
+        Case("en-password-three-pieces", "the password is {s} for staging", "Fa#ke 9x! q7", P),
+        # one or two qualifier words between the password word and its verb
+        Case("es-clave-ssh-es", "mi clave ssh es {s}", "Tortuga33Fake", P),
+        Case("fr-mot-de-passe-root", "le mot de passe root est {s}", pw("q1"), P),
+        Case("en-password-you-gave", "the root password you gave was {s}", pw("q2"), P),
+        # a random value that is base64 of text (its entropy is below the most, not the mean)
+        Case("en-unseal-key-b64-text", "the vault unseal key is {s}", b64_text, S),
+        Case("en-key-is-b64-text", "the key is {s}", b64_text, S),
+        # a password on a command line, or in the variable a client reads it from
+        Case("cli-mysql-glued-p", "mysql -u root -p{s} shop", "Fake1234", P),
+        Case("cli-mysqldump-quoted-p", "mysqldump -h db -p'{s}' shop > dump.sql", "Fake 1234", P),
+        Case("cli-sshpass-p", "sshpass -p {s} ssh deploy@host", "Fake1234", P),
+        Case("cli-pgpassword-prefix", "PGPASSWORD={s} psql -h db shop", "hunter2", P),
+        Case("cli-mysql-pwd-export", "export MYSQL_PWD={s}", "Fake1234", P),
+        # the key part of a Sentry DSN
+        Case("sentry-dsn", "SENTRY_DSN=https://{s}@o123456.ingest.sentry.io/789", fake("dsn", 32, HEX), "sentry-dsn"),
+        Case("sentry-dsn-self-hosted", "dsn: https://{s}@sentry.shop.test/api/12", fake("dsn2", 32, HEX), "sentry-dsn"),
     ]
 
 
