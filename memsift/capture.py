@@ -196,6 +196,11 @@ class CaptureState:
             """
         )
 
+    def project(self, session: str) -> str | None:
+        """The project root an earlier capture of `session` filed its notes under, if any."""
+        row = self.db.execute("SELECT project FROM sessions WHERE session = ?", (session,)).fetchone()
+        return row[0] if row and row[0] else None
+
     def get(self, session: str) -> tuple[int, int]:
         """`(offset, notes kept so far)` for a session; `(0, 0)` when never captured."""
         row = self.db.execute("SELECT offset, kept FROM sessions WHERE session = ?", (session,)).fetchone()
@@ -326,7 +331,7 @@ def _capture_locked(path: Path, session: str, cwd: str, *, final: bool, home: Pa
         pending = state.pending(session)
         if pending is not None:
             result.finished = _finish(state, pending, home, getattr(model, "encoder", None))
-        root = _project(path, cwd, session)
+        root = _project(path, cwd, session, state.project(session))
         folder = project_dir(root, home)
         offset, kept_before = state.get(session)
         size = path.stat().st_size
@@ -395,9 +400,11 @@ def _lock_path(home: Path, session: str) -> Path:
     return home / "locks" / f"capture-{safe}.lock"
 
 
-def _project(path: Path, cwd: str, session: str) -> Path:
+def _project(path: Path, cwd: str, session: str, known: str | None = None) -> Path:
     """The project root the session belongs to: that of the folder its transcript says it
-    started in, when that folder exists, else that of `cwd`."""
+    started in. When that folder is gone, the project an earlier capture of the session
+    used (`known`), else the transcript's folder as it was (its notes then wait under that
+    name); `cwd` only when the transcript names no folder."""
     from .config import project_root
     from .transcript import session_cwd
 
@@ -409,8 +416,9 @@ def _project(path: Path, cwd: str, session: str) -> Path:
     if not own:
         return given
     if not Path(own).is_dir():
-        log.warning("capture %s: the transcript's cwd %s is not a folder here: filing under %s", session, own[:300], given)
-        return given
+        root = Path(known) if known else project_root(own)
+        log.warning("capture %s: the transcript's cwd %s is not a folder here: filing under %s", session, own[:300], root)
+        return root
     root = project_root(own)
     if root != given:
         log.info("capture %s: the transcript's cwd %s names project %s, not %s (from %s): using the transcript's",

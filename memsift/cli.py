@@ -304,7 +304,7 @@ def _notes_add(args: argparse.Namespace) -> int:
     print(f"{note.id} · {note.date} · {note.kind}  ({store.markdown})")
     for old in store.notes():
         if old.superseded_by == note.id:
-            print(f"  supersedes {old.id}: {_clip(old.text)}")
+            print(f"  supersedes {old.id}: {_clip(old.text)}  (`memsift notes undo` takes the link back)")
     for warning in store.warnings:
         print(f"memsift notes add: {warning}", file=sys.stderr)
     return 0

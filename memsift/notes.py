@@ -2,8 +2,9 @@
 
 `<project dir>/notes.md` holds one section per note (its format: `memsift.notefile`).
 
-`index.sqlite` holds each note's embedding (computed when the note is written), an FTS5
-table for BM25, the encoder that wrote it and the Markdown it was built from. Readers
+`index.sqlite` holds each note's text with its secrets masked (a note edited in by hand
+never went through `NoteStore.add`), its embedding (computed when the note is written), an
+FTS5 table for BM25, the encoder that wrote it and the Markdown it was built from. Readers
 (recall) never embed more than `PROMPT_EMBED_MAX` notes: when the Markdown changed a lot,
 or the encoder changed, or the index is gone, a search answers from the notes whose vectors
 are known and the store reports `stale`, so that the caller rebuilds it out of the prompt
@@ -87,6 +88,7 @@ class NoteStore:
         self._encoder = encoder
         self.warnings: list[str] = []
         self.stale = False
+        self._masked: dict[str, str] = {}  # text hash -> the text with its secrets masked
 
     @property
     def encoder(self) -> Encoder:
@@ -142,8 +144,10 @@ class NoteStore:
         return replace(parsed, notes=notes, problems=problems + parsed.problems)
 
     def notes(self) -> list[Note]:
-        """Every note in the Markdown, superseded ones included. [] when there is no file."""
-        return self.read().notes
+        """Every note in the Markdown, superseded ones included, read leniently as recall
+        reads it (`read(strict=False)`: a mistyped header is text of the note above). []
+        when there is no file."""
+        return self.read(strict=False).notes
 
     def add(self, new: Iterable[Note], *, link_supersession: bool = True, skip_known: bool = False) -> list[Note]:
         """Append notes (an empty `id` gets the next `N<nnn>`), mark the notes they replace, reindex.
@@ -270,9 +274,23 @@ class NoteStore:
 
     # -- index -------------------------------------------------------------------------
 
+    def _masked_text(self, text: str) -> str:
+        """`text` as the index holds it: secrets masked (`memsift.secrets`), since a note
+        edited in by hand was never masked; cached by the text's hash, from the index too."""
+        sha = text_hash(text)
+        if sha not in self._masked:
+            from .secrets import mask
+
+            self._masked[sha] = mask(text).text
+        return self._masked[sha]
+
     def _embed(self, notes: list[Note]) -> dict[str, np.ndarray]:
+        """Embeddings of the notes' `indexed_text`, secrets masked first, by the hash of the
+        text as it is in the file."""
         texts = list(dict.fromkeys(indexed_text(n) for n in notes))
-        return {text_hash(t): v for t, v in zip(texts, self.encoder.passage(texts))} if texts else {}
+        if not texts:
+            return {}
+        return {text_hash(t): v for t, v in zip(texts, self.encoder.passage([self._masked_text(t) for t in texts]))}
 
     def _vectors(self, notes: list[Note]) -> dict[str, np.ndarray]:
         """Passage vectors by text hash (of `indexed_text`, which is the text for every note
@@ -293,11 +311,12 @@ class NoteStore:
                 meta.update(db.execute("SELECT key, value FROM meta").fetchall())
                 if meta.get("encoder") != self.encoder.name:
                     return {}
-                rows = db.execute("SELECT sha, vector FROM notes").fetchall()
+                rows = db.execute("SELECT sha, vector, text FROM notes").fetchall()
         except sqlite3.Error as exc:
             log.warning("notes index %s unreadable (%s)", self.index_path, exc)
             return {}
-        return {sha: np.frombuffer(blob, dtype=np.float32) for sha, blob in rows}
+        self._masked.update((sha, text) for sha, _, text in rows)
+        return {sha: np.frombuffer(blob, dtype=np.float32) for sha, blob, _ in rows}
 
     def _markdown_state(self) -> dict[str, str]:
         """The Markdown's sha1, size and mtime (ns), as the index's meta table records them."""
@@ -332,7 +351,7 @@ class NoteStore:
                     "INSERT INTO notes (id, date, kind, superseded_by, text, sha, vector) VALUES (?,?,?,?,?,?,?)",
                     [  # a link to a note deleted by hand no longer hides anything
                         (n.id, n.date, n.kind, n.superseded_by if n.superseded_by in ids else None,
-                         indexed_text(n), text_hash(indexed_text(n)),
+                         self._masked_text(indexed_text(n)), text_hash(indexed_text(n)),
                          np.asarray(vectors[text_hash(indexed_text(n))], dtype=np.float32).tobytes())
                         for n in rows
                     ],

@@ -37,7 +37,7 @@ from typing import ClassVar, ContextManager, Protocol
 import numpy as np
 
 from .notefile import Note, NotesFile, NotesFormatError, atomic_write, decode, keep_serials, parse_markdown, text_hash
-from .supersession import link_superseded
+from .supersession import EVENT_KINDS, link_superseded
 
 log = logging.getLogger("memsift")
 
@@ -297,8 +297,8 @@ def _norm(text: str) -> str:
 def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
     """Refuse ops that would delete or rewrite what the user wrote (see the module docstring).
 
-    Allowed: `supersede` on any note; a `replace` of a header line (its links); deleting a
-    blank line; deleting or rewriting a line of a captured note (a `session` in its header),
+    Allowed: `supersede` by a note at least as new, neither of them an incident; a `replace`
+    of a header line (its links); deleting a blank line; deleting or rewriting a line of a captured note (a `session` in its header),
     except that deleting a captured note's header (the note itself) needs its text to repeat,
     up to case and spacing, a note the ops leave in place.
 
@@ -310,8 +310,19 @@ def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
     gone = {n.id for n in f.parsed.notes
             if any(isinstance(op, Delete) and op.line - 1 == f.spans[n.id].start for op in checked)}
     staying = {_norm(n.text) for n in f.parsed.notes if n.id not in gone}
+    by_id = {n.id: n for n in f.parsed.notes}
     for k, op in enumerate(checked, 1):
-        if isinstance(op, Supersede) or not 1 <= op.line <= len(f.content):
+        if isinstance(op, Supersede):
+            old, new = by_id.get(op.note), by_id.get(op.by)
+            if old is None or new is None:
+                continue  # apply_ops says which is missing
+            if EVENT_KINDS & {old.kind, new.kind}:
+                raise RevisionError(f"op {k} {op}: an incident is an event: it neither supersedes nor is superseded")
+            if new.date < old.date:
+                raise RevisionError(f"op {k} {op}: {op.by} ({new.date}) is older than {op.note} ({old.date}); "
+                                    f"only a newer note supersedes")
+            continue
+        if not 1 <= op.line <= len(f.content):
             continue  # apply_ops checks the rest
         i = op.line - 1
         n = owner.get(i)
@@ -540,8 +551,9 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
     written by hand is kept over a captured repeat, and is never deleted). Links to a deleted
     note move to its twin. With `vectors` (note id -> embedding),
     `supersession.link_superseded` runs over the remaining active notes and each link
-    becomes a `Supersede`: a newer note that says something changed, or repeats an older
-    one with a value changed, supersedes it. Running it again on the result proposes nothing.
+    becomes a `Supersede`: a newer note that says something changed supersedes the older
+    one it restates (a link from a value changed alone is made by `notes add`, where the
+    user sees it, never here). Running it again on the result proposes nothing.
 
     :raises RevisionError: `text` does not parse.
     """
@@ -587,6 +599,7 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
             ops.append(Replace(h + 1, f.content[h], head))
     rest = [n for n in active if n.id not in twin and n.id in unit]
     if len(rest) >= 2:
-        linked = link_superseded(rest, {text_hash(n.text): unit[n.id] for n in rest}, new_ids={n.id for n in rest})
+        linked = link_superseded(rest, {text_hash(n.text): unit[n.id] for n in rest}, new_ids={n.id for n in rest},
+                                 value_changes=False)  # automatic: only links a note states itself
         ops += [Supersede(n.id, n.superseded_by) for n in linked if n.superseded_by]
     return ops

@@ -33,6 +33,8 @@ from .notefile import Note, text_hash
 
 MIN_COSINE = 0.88
 MIN_SHARED = 2
+#: `restates`: how many of the older note's first content words it looks at.
+SUBJECT_WORDS = 4
 
 _CUES = [
     # en
@@ -115,14 +117,33 @@ def changed_value(old: str, new: str) -> bool:
     return changed <= VALUE_WORDS and changed <= shared and _words(a[:i1]) >= VALUE_PREFIX
 
 
+def restates(old: str, new: str) -> bool:
+    """Whether `new` names the subject of `old`: the first content word of `old` (notes state
+    their subject first: "Staging runs in ...", "Payment provider: ...") and at least half of
+    its first `SUBJECT_WORDS` are in `new` (`content_tokens`: case folded, stemmed). Set from
+    a fresh user's trial, where notes on another subject ("staging" / "production") were
+    linked by their change cue alone (issue 11)."""
+    head = list(dict.fromkeys(t for w in old.split() for t in sorted(content_tokens(w))))[:SUBJECT_WORDS]
+    words = content_tokens(new)
+    return bool(head) and head[0] in words and 2 * len(set(head) & words) >= len(head)
+
+
 def link_superseded(
-    notes: list[Note], vectors: Mapping[str, np.ndarray], new_ids: set[str]
+    notes: list[Note], vectors: Mapping[str, np.ndarray], new_ids: set[str], *, value_changes: bool = True
 ) -> list[Note]:
     """Return `notes` with `superseded_by` set on the older notes that a note in `new_ids` replaces.
 
     `vectors` maps each note's text hash (`notes.text_hash`) to its passage embedding. Notes
     already superseded are left as they are and are not candidates. Nothing is deleted:
     a link only marks the older note, which stays in the file with its history.
+
+    A link by change cue also needs the newer note to restate the older one's subject
+    (`restates`: "The production database moved from PostgreSQL 14" does not replace "The
+    staging database is PostgreSQL 14").
+    `value_changes=False` makes only the links a newer note states itself (a cue), not those
+    read from a value changed (`changed_value`): which of two sentences' words is the subject
+    and which the value ("cut from main / develop", "time out in staging / production") is a
+    guess that the writer should see when it is made (`memsift notes add` prints it).
     """
     active = [n for n in notes if n.active]
     if len(active) < 2:
@@ -142,10 +163,11 @@ def link_superseded(
         old = active[j]
         if EVENT_KINDS & {new.kind, old.kind}:
             continue
-        if not (says_change(new.text) or new.kind == old.kind and changed_value(old.text, new.text)):
+        shared = len(content_tokens(new.text) & content_tokens(old.text))
+        cue = says_change(new.text) and restates(old.text, new.text)
+        if not (cue or value_changes and new.kind == old.kind and changed_value(old.text, new.text)):
             continue
         newer_than_j = [m for m in range(len(active)) if when[m] > when[j]]
-        shared = len(content_tokens(new.text) & content_tokens(active[j].text))
         if sims[i, j] >= MIN_COSINE and shared >= MIN_SHARED and max(newer_than_j, key=lambda m: sims[j, m]) == i:
             links[active[j].id] = new.id
     return [replace(n, superseded_by=links[n.id]) if n.id in links else n for n in notes]

@@ -337,11 +337,12 @@ def test_session_cwd_reads_both_hosts_and_falls_back(s, tmp_path, scripted, enco
     capture(bare, "bare", str(s.project), final=True, home=s.home, model=scripted(keep={"Postmark": "decision"},
                                                                                   encoder=encoder))
     assert [n.session for n in NoteStore(s.folder).notes()] == ["bare"]
-    gone = tmp_path / "gone.jsonl"  # a session folder that no longer exists: the given cwd too
+    gone = tmp_path / "gone.jsonl"  # a session folder that no longer exists: filed under its name, not elsewhere
     lines = claude_lines([DECISION])
     for line in lines:
         line["cwd"] = str(tmp_path / "deleted")
     write_jsonl(gone, lines)
     capture(gone, "gone", str(s.elsewhere), final=True, home=s.home, model=scripted(keep={"Postmark": "decision"},
                                                                                     encoder=encoder))
-    assert [n.session for n in NoteStore(project_dir(project_root(s.elsewhere), s.home)).notes()] == ["gone"]
+    assert [n.session for n in NoteStore(project_dir(project_root(tmp_path / "deleted"), s.home)).notes()] == ["gone"]
+    assert "gone" not in [n.session for n in NoteStore(project_dir(project_root(s.elsewhere), s.home)).notes()]

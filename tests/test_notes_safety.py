@@ -85,6 +85,16 @@ def test_two_facts_about_different_subjects_both_stay_active(project, memsift_ho
     assert dry.stdout == b"nothing to revise\n"
 
 
+@pytest.mark.parametrize("old, new", [
+    ("The staging database is PostgreSQL 14.", "The production database moved from PostgreSQL 14 to PostgreSQL 16."),
+    ("Staging runs in AWS region eu-west-1.", "Production now runs in AWS region us-east-1."),
+])
+def test_a_change_cue_about_another_subject_supersedes_nothing(project, memsift_home, old, new):
+    add(project, old, "2026-10-01", "context")
+    done = add(project, new, "2026-12-01", "context")
+    assert done.returncode == 0 and b"supersedes" not in done.stdout
+
+
 def test_an_incident_about_a_migration_does_not_supersede_the_rule_about_migrations(project, memsift_home):
     add(project, "Never run database migrations during business hours (08:00-18:00 CET): they lock the orders table.",
         "2026-10-01", "constraint")
@@ -129,6 +139,36 @@ def test_no_reviser_deletes_a_hand_written_note_even_an_llm(project, memsift_hom
     assert done.returncode == 0, done.stderr
     assert (folder / "notes.md").read_bytes() == before
     assert b'"delete"' not in done.stdout  # what is printed is the embedded reviser's proposal
+
+
+def test_a_mistyped_header_blocks_neither_notes_add_nor_capture(project, memsift_home, tmp_path):
+    from .test_capture import DECISION, claude_lines, write_jsonl
+
+    add(project, ADYEN)
+    md = notes_dir(memsift_home) / "notes.md"
+    md.write_text(md.read_text(encoding="utf-8") + "\n## N002 - 2026-11-01 - decision\nx\n", encoding="utf-8")
+    done = add(project, "Deploys go out on Tuesdays only, never on Fridays.", kind="convention")
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert b"N003" in done.stdout and b"expected '## <id>" in done.stderr  # N002 stays the mistyped one's
+    transcript = tmp_path / "s.jsonl"
+    write_jsonl(transcript, [{**line, "cwd": str(project)} for line in claude_lines([DECISION, ("thanks", "ok")])])
+    captured = run_memsift("capture", "--transcript", str(transcript), "--session", "typo-1", "--final",
+                           f"--cwd={project}")
+    assert captured.returncode == 0, captured.stderr
+    assert b"NotesFormatError" not in captured.stderr and b"2 exchanges read" in captured.stdout
+
+
+def test_a_secret_typed_into_notes_md_by_hand_never_reaches_the_index(project, memsift_home):
+    add(project, ADYEN)
+    md = notes_dir(memsift_home) / "notes.md"
+    secret = "ghp_" + "Zq7Xw2Lm9Pv4Rt8Ks1Jd6Hb3Nf5Gc0Yu2Ae"  # generated, not a real token
+    md.write_text(md.read_text(encoding="utf-8") + f"\n## N002 · 2026-09-02 · context\nThe CI token is {secret}.\n",
+                  encoding="utf-8")
+    done = run_memsift("hook", "user-prompt-submit", stdin=payload("what is the CI token?", project))
+    assert done.returncode == 0 and secret.encode() not in done.stdout
+    assert secret.encode() not in (notes_dir(memsift_home) / "index.sqlite").read_bytes()
+    assert run_memsift("notes", "reindex", "--project", str(project)).returncode == 0
+    assert secret.encode() not in (notes_dir(memsift_home) / "index.sqlite").read_bytes()
 
 
 # -- 3. a full disk after the note is written ----------------------------------------------

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from memsift.classifiers.encoders import HashingEncoder
-from memsift.notes import Note, NoteStore, parse_markdown
+from memsift.notes import Note, NoteStore, parse_markdown, text_hash
+from memsift.supersession import link_superseded
 from memsift.revision import (
     Delete, Replace, RevisionError, Supersede, apply_ops, history, parse_ops, propose, revise, snapshot, undo,
 )
@@ -313,7 +314,10 @@ def test_a_value_changed_supersedes_and_is_never_deleted(old, new, sessions, e5,
     text = notes_file(("N001", "2026-10-01", "context", old, *sessions[0]),
                       ("N002", "2026-12-01", "context", new, *sessions[1]))
     vectors = dict(zip(["N001", "N002"], e5.passage([old, new])))
-    assert propose(text, vectors) == [Supersede("N001", "N002")]
+    assert propose(text, vectors) == []  # a link from a value changed is made by `notes add`, where the user sees it
+    linked = link_superseded(parse_markdown(text).notes, {text_hash(t): v for t, v in zip([old, new], vectors.values())},
+                             new_ids={"N002"})
+    assert [n.superseded_by for n in linked] == ["N002", None]
     store = NoteStore(tmp_path / "p", "p", encoder=e5)
     store.folder.mkdir()
     write(store, text)
