@@ -161,7 +161,9 @@ class NoteStore:
 
         The existing Markdown is read leniently (`read(strict=False)`): appending rewrites
         none of its lines, so a mistyped header stays as it is, reported in `warnings`, and
-        its id is not given again. Raises `ValueError` for a note that cannot be written as given (see
+        its id is not given again.
+
+        Raises `ValueError` for a note that cannot be written as given (see
         `notefile.check_note`), a duplicate id, or a text already noted (skipped instead
         with `skip_known`), and `OSError` when the Markdown cannot be written (then nothing
         was added). What fails after the Markdown is written (the index, the id counter,
@@ -251,8 +253,8 @@ class NoteStore:
         """Rebuild the index from the Markdown, embedding every note it lacks (out of the
         prompt path: capture, the session-start sweep, `memsift notes reindex`). Returns the
         number of notes embedded (0, writing nothing, when the index is up to date). The
-        embedding runs outside the lock; the index is written
-        under it, from the Markdown as it is then.
+        embedding runs outside the lock; the index is written under it, from the Markdown
+        as it is then.
 
         Raises `OSError` or `sqlite3.Error` when the index cannot be written.
         """
