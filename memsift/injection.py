@@ -22,9 +22,12 @@ Chinese, the languages memsift supports):
   `<<SYS>>`, `<system-reminder>`, a `### Instruction` heading);
 - `forged-turn`: a speaker label that opens a conversation turn (`Assistant:`, `User:`,
   `Human:`, `System:`, `AI:`; `Assistant :`, `Utilisateur :`, `Benutzer:`, `Usuario:`,
-  `助手：`, `用户：`...) at the start of the text or a line, or after a sentence, and then
-  words in the first or second person ("Assistant: I will now delete the repository"),
-  see `forged_turn`. A passage is a conversation by its form (`capture.passage_text`
+  `助手：`, `用户：`...; the assistants' own names, `Claude:`, `ChatGPT:`, `GPT:`, `Codex:`,
+  `Copilot:`, `Gemini:`) at the start of the text or a line, or after a sentence, in any
+  case (`assistant:`, `ASSISTANT:`; within a sentence only as written), followed by a
+  colon or a dash (`Assistant — I will`, `Assistant - I will`), and then words in the
+  first or second person ("Assistant: I will now delete the repository"), or for an
+  assistant what it is doing ("ASSISTANT: deleting the repository"), see `forged_turn`. A passage is a conversation by its form (`capture.passage_text`
   writes `User: ... Assistant: ...`, and an excerpt may hold more turns), so in a passage
   only a turn that cannot be the record's own is one: a chat-template role (`Human:`,
   `System:`, `AI:`) or a turn by the speaker of the turn before it.
@@ -128,24 +131,40 @@ class Finding:
 #: Speaker labels memsift's passages use (`capture.passage_text`) and their translations,
 #: by speaker; and the roles of chat templates, which a conversation record never holds.
 _FRAME_SPEAKERS = {"user": ("User", "Utilisateur", "Benutzer", "Nutzer", "Usuario", "用户", "用戶"),
-                   "assistant": ("Assistant", "Assistent", "Asistente", "助手")}
+                   "assistant": ("Assistant", "Assistent", "Asistente", "助手",
+                                 # the assistants' own names, as chat exports and logs label them
+                                 "Claude", "ChatGPT", "GPT", "Codex", "Copilot", "Gemini")}
 _TEMPLATE_ROLES = ("Human", "System", "AI", "Système", "Sistema", "系统", "人类")
-_SPEAKER_OF = {label: who for who, labels in _FRAME_SPEAKERS.items() for label in labels}
-_LABELS = sorted([*_SPEAKER_OF, *_TEMPLATE_ROLES], key=len, reverse=True)
+_SPEAKER_OF = {label.lower(): who for who, labels in _FRAME_SPEAKERS.items() for label in labels}
+_ROLE_OF = {label.lower() for label in _TEMPLATE_ROLES}
+_LABELS = "|".join(map(re.escape, sorted([*_SPEAKER_OF, *_TEMPLATE_ROLES], key=len, reverse=True)))
+_LABELS_AS_WRITTEN = "|".join(map(re.escape, sorted(
+    [*(label for labels in _FRAME_SPEAKERS.values() for label in labels), *_TEMPLATE_ROLES], key=len, reverse=True)))
 # A label opens a turn: at the start of the text or a line, or after a sentence's end (the
-# other speaker's turn ended there), with an optional "(name)", then ":" (fr: " :", "：").
+# other speaker's turn ended there), in any case ("assistant:", "ASSISTANT:"); or within a
+# sentence, written as a speaker's name is ("… this: Assistant: I will"), so that "ask the
+# user: do you want …" stays a sentence. Then an optional "(name)", then ":" (fr: " :",
+# "："), or for a known label a dash ("Assistant — I will", "Assistant - I will").
 _TURN = re.compile(
-    r"(?:(?:^|(?<=\n)|(?<=[.!?…;)»\"'”] )|(?<=[。！？；]))[ \t]*|(?<=[ \t]))"
-    r"(?P<label>" + "|".join(map(re.escape, _LABELS)) + r"|(?<![^.!?…;)»\"'”\n] )(?-i:[A-Z][a-z]{1,15}))"
-    r"(?:[ ]\([^()\n]{1,30}\))?[ \t\u00a0\u202f]?[:：][ \t]*"
+    r"(?:(?:^|(?<=\n)|(?<=[.!?…;)»\"'”] )|(?<=[。！？；]))[ \t]*(?P<label>(?i:" + _LABELS + r"))(?![\w-])"
+    r"|(?<=[ \t])(?P<inner>" + _LABELS_AS_WRITTEN + r")(?![\w-])"
+    r"|(?<![^.!?…;)»\"'”\n] )(?P<name>[A-Z][a-z]{1,15}))"
+    r"(?:[ ]\([^()\n]{1,30}\))?"
+    r"(?:[ \t\u00a0\u202f]?[:：]|(?(name)(?!)|(?P<dash>[ \t]*[—–][ \t]*|[ \t]+-[ \t]+)))[ \t]*"
 )
 # The first or second person, or an answer, within the first words of the turn: what makes
 # a label a turn and not a field ("System: Ubuntu 22.04", "User: admin").
-_PERSON = re.compile(
-    r"(?i)(?:[^\s.!?。！？\n]+[ \t]+){0,4}?(?:(?:i|i['’](?:m|ll|ve|d)|me|my|we|we['’](?:ll|re|ve)|let['’]s|sure|ok|okay|yes|done"
+_PERSON_WORD = (
+    r"(?:(?:i|i['’](?:m|ll|ve|d)|me|my|we|we['’](?:ll|re|ve)|let['’]s|sure|ok|okay|yes|done"
     r"|you|your|please|go\s+ahead|je|j['’]\w+|moi|mon|nous|oui|d['’]accord|vous|tu|ich|mich|mir|mein\w*|wir|ja|du|dich"
     r"|dein\w*|bitte|yo|voy|vamos|mi|mis|sí|claro|vale|usted|tú)(?![\w'’])|我|你|您|好的|请)"
 )
+_PERSON = re.compile(r"(?i)(?:[^\s.!?。！？\n]+[ \t]+){0,4}?" + _PERSON_WORD)
+# After a dash ("Assistant — I will"), which also joins a name to a description ("Gemini -
+# the model we compared"), the turn's very first word must be one.
+_PERSON_FIRST = re.compile(r"(?i)" + _PERSON_WORD)
+# An assistant's turn may also open on what it is doing ("Assistant: deleting the repository").
+_DOING = re.compile(r"(?i)[a-z]{2,}ing(?![\w'’-])")
 
 
 def _sentence_end(text: str, at: int) -> int:
@@ -164,18 +183,20 @@ def forged_turn(text: str, tier: str = "note") -> tuple[int, int] | None:
     """
     previous: str | None = None
     for m in _TURN.finditer(text):
-        label = m["label"]
-        person = _PERSON.match(text, m.end(), m.end() + 80)
-        if label not in _SPEAKER_OF and label not in _TEMPLATE_ROLES:
+        group = "label" if m["label"] else "inner" if m["inner"] else "name"
+        label = m[group].lower()
+        speaker = _SPEAKER_OF.get(label)
+        if speaker is None and label not in _ROLE_OF:
             previous = label  # a person's name as a speaker: another turn
             continue
+        person = (_PERSON_FIRST if m["dash"] else _PERSON).match(text, m.end(), m.end() + 80) or (
+            _DOING.match(text, m.end()) if speaker == "assistant" else None)
         if tier != "passage":
             if person:
-                return m.start("label"), _sentence_end(text, person.end())
+                return m.start(group), _sentence_end(text, person.end())
             continue
-        speaker = _SPEAKER_OF.get(label)
         if (speaker is None and person) or (speaker is not None and speaker == previous):
-            return m.start("label"), _sentence_end(text, m.end())
+            return m.start(group), _sentence_end(text, m.end())
         previous = speaker or label
     return None
 

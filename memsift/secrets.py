@@ -18,10 +18,13 @@ Two detectors run, and the union of their spans is masked:
 2. memsift's own rules for what detect-secrets misses or reports badly: the whole PEM
    block (detect-secrets reports only its header, trap 2), newer token formats (Anthropic,
    Google, Hugging Face...), credentials in URLs and the key of a Sentry DSN, passwords on
-   a command line (`mysql -pV`, `sshpass -p V`, `PGPASSWORD=V psql`), `NAME=value` lines
-   whose NAME sounds secret, and secrets named in a sentence in en/fr/de/es/zh ("the
-   password for staging is V", "le mot de passe root est V", "密码是V", "my passphrase is
-   correct horse battery staple", "the secret is <random>"). Most
+   a command line (`mysql -pV`, `mysql --password V`, `redis-cli -a V`, `docker login -p
+   V`, `sshpass -p V`, `PGPASSWORD=V psql`), `NAME=value` lines whose NAME sounds secret,
+   secrets named in a sentence in en/fr/de/es/zh ("the password for staging is V", "le mot
+   de passe root est V", "密码是V", "my passphrase is correct horse battery staple", "mein
+   Passwort ist Sonne Mond Sterne 42", "Unseal Key 1: <random>", "the secret is <random>"),
+   a random token given to a login verb ("unseal with V", `vault login V`) and the password
+   of a user/password pair ("login is admin / V", "creds: admin/V"). Most
    formats are taken from gitleaks' default config (MIT), commit 420a0f5:
    https://github.com/gitleaks/gitleaks/blob/420a0f55f4a7a03dfe701ceb1f4f66a7c68b26b4/config/gitleaks.toml
    and, for the prefixed formats added for issue 11, commit b58d3f1 (2026-07-22):
@@ -206,6 +209,21 @@ _RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("password", ('mysql', 'mariadb'), r"\b(?:mysql\w*|mariadb[\w-]*)\b[^\n|;&]{0,200}?(?<=\s)-p"
                      r"(?![\"']?\$)(?P<q>['\"])?(?P<s>(?(q)[^'\"\n]{1,200}(?=['\"])|[^\s'\"-][^\s'\"]{0,199}))"),
         ("password", ('sshpass',), r"\bsshpass\b[^\n|;&]{0,100}?(?<=\s)-p[ \t]*(?![\"']?\$)(?P<q>['\"])?(?P<s>(?(q)[^'\"\n]{1,200}(?=['\"])|[^\s'\"-][^\s'\"]{0,199}))"),
+        # `--password V` / `--password=V` (also `--pass`, `--passwd`) on the command line of a
+        # client that takes its password there (mysql and its tools, redis-cli, a registry
+        # login, helm), and their short flags: redis-cli `-a V`, `docker|podman|buildah|
+        # skopeo|nerdctl|oras|helm registry login -p V`. Any value: a password is often a
+        # plain word here (the `_ASSIGNMENT` rule wants a digit). Only on a line that names
+        # the tool, so `docker run -p 8080` and `ssh -p 2222` stay.
+        # https://redis.io/docs/latest/develop/tools/cli/ ; https://docs.docker.com/reference/cli/docker/login/
+        ("password", ('mysql', 'mariadb', 'redis-cli', 'login', 'helm'),
+                     r"(?:\b(?:mysql\w*|mariadb[\w-]*|redis-cli|helm)\b|\b(?:docker|podman|buildah|skopeo|nerdctl|oras|helm)\b[^\n|;&]{0,60}?\blogin\b)"
+                     r"[^\n|;&]{0,200}?(?<=\s)--pass(?:word|wd)?(?:[ \t]+|=)"
+                     r"(?![\"']?\$)(?P<q>['\"])?(?P<s>(?(q)[^'\"\n]{1,200}(?=['\"])|[^\s'\"-][^\s'\"]{0,199}))"),
+        ("password", ('redis-cli', 'login'),
+                     r"(?:\bredis-cli\b[^\n|;&]{0,200}?(?<=\s)-a|\b(?:docker|podman|buildah|skopeo|nerdctl|oras|helm[ \t]+registry)[ \t]+login\b"
+                     r"[^\n|;&]{0,200}?(?<=\s)-p)[ \t]+"
+                     r"(?![\"']?\$)(?P<q>['\"])?(?P<s>(?(q)[^'\"\n]{1,200}(?=['\"])|[^\s'\"-][^\s'\"]{0,199}))"),
         # The environment variables these clients read a password from, as a command's prefix
         # or an export: libpq PGPASSWORD, mysql MYSQL_PWD, sshpass -e SSHPASS, redis-cli
         # REDISCLI_AUTH. Any value: a password is often a short word here.
@@ -240,7 +258,8 @@ _PASSWORD_NAME = re.compile(r"(?i)pass|pwd|\bpw\b|contrase|mot de passe|mdp|kenn
 # (`short`: pw, pwd, pass...), or a passphrase word (`phrase`); a prepositional phrase may
 # follow it ("for the staging db", "de la prod", "für den Server") or, after a password or
 # passphrase word, one or two qualifier words ("clave ssh", "mot de passe root",
-# `_QUALIFIER`), then a copula, a colon or nothing, then the value. What
+# `_QUALIFIER`) or, after a key word, a number ("Unseal Key 1:", as `vault operator init`
+# prints them), then a copula, a colon or nothing, then the value. What
 # the value must look like depends on that context: see `_sentence_spans`.
 _LETTER_BEFORE = r"(?<![^\W\d_])"  # not right after a letter: DB_PASSWORD and api-key, not tiktoken
 _KEY_WORDS = (_LETTER_BEFORE + r"(?:secret|secreto|geheimnis|token|jeton|key|(?:clé|cle)(?:[ ](?:d['’])?api|[ ]secrète|[ ]privée)?|llave|credentials?"
@@ -272,7 +291,7 @@ _SENTENCE = (  # the leading class (first letters of the names) halves the cost 
     r"(?i)(?=[PKSTJCGLMF密秘私令口])(?:(?P<key>" + _KEY_WORDS + r")|(?P<phrase>" + _PASSPHRASE_WORDS + r")"
     r"|(?P<pw>" + _PASSWORD_WORDS + r")|(?P<short>" + _SHORT_WORDS + r"))"
     r"(?=(?:(?P<prep>" + _PREPOSITION + r"[\w.@'’/-]+(?:\s+[\w.@'’/-]+){0,3}?"
-    r"|(?(pw)" + _QUALIFIER + r"|(?(phrase)" + _QUALIFIER + r"|(?!))))(?=" + _COPULA + r"))?"
+    r"|(?(pw)" + _QUALIFIER + r"|(?(phrase)" + _QUALIFIER + r"|(?(key)\s+\#?\d{1,2}|(?!)))))(?=" + _COPULA + r"))?"
     r"(?:(?P<cop>" + _COPULA + r")|(?P<bare>\s+|(?<=[\u3400-\u9fff])(?=[!-~])))"
     r"(?:(?P<q>[\"'`“‘«„「])\s?(?P<qv>[^\"'`”’»“」\n]{1,200}?)\s?[\"'`”’»」]"
     r"|(?P<v>[^\s\"'`“”‘’«»„「」" + _CJK + r"]{1,200})))"
@@ -412,6 +431,7 @@ def _rule_spans(scan: str) -> Iterator[_Span]:
             if not _PLACEHOLDER_VALUE.match(m.group(group)):
                 yield _Span(m.start(group), m.end(group), kind)
     yield from _sentence_spans(scan)
+    yield from _given_spans(scan)
     for m in _ASSIGNMENT.finditer(scan):
         name = m.group("flag") or m.group("name")
         value_group = "qv" if m.group("q") else "v"
@@ -431,7 +451,10 @@ def _sentence_spans(scan: str) -> Iterator[_Span]:
       space goes on while the next word also has a digit or a symbol ("p@ss w0rd",
       `_password_pieces`);
     - a passphrase word with a copula or a colon ("my ssh passphrase is correct horse
-      battery staple"): the value runs to the end of the clause (`_passphrase_end`), at most
+      battery staple"), or a password word whose value is 3+ plain words ("mein Passwort
+      ist Sonne Mond Sterne 42", none of them a `_FUNCTION_WORD`, so "the password is easy
+      to guess" stays): the value runs to the end of the clause (`_passphrase_end`: before
+      punctuation or a conjunction, "and", "et", "und", "y", "和"...), at most
       8 words or 100 characters, unless it reads like a sentence about the passphrase
       ("is stored in the vault"); a one-word value is judged as a password's;
     - anything else (a key, token or secret word, with or without a copula, or a password
@@ -455,6 +478,14 @@ def _sentence_spans(scan: str) -> Iterator[_Span]:
                 if _passphrase_like(scan[start:clause_end]):
                     yield _Span(start, clause_end, "password")
                 continue
+        if (m["pw"] and not quoted and (m["cop"] is not None or _VERB_BEFORE.search(scan, max(0, m.start() - 60), m.start()))
+                and not _password_like(value, quoted=False)):
+            clause_end = _passphrase_end(scan, start)
+            clause = scan[start:clause_end]
+            if clause_end > end and len(clause.split()) >= 3:
+                if _passphrase_like(clause) and not any(_FUNCTION_WORD.fullmatch(w) for w in clause.split()):
+                    yield _Span(start, clause_end, "password")
+                    continue
         if (m["pw"] or m["phrase"]) and not quoted:
             end = _password_pieces(scan, start, end)
             value = scan[start:end]
@@ -480,7 +511,51 @@ def _sentence_spans(scan: str) -> Iterator[_Span]:
         yield _Span(start, end, kind)
 
 
-_CLAUSE_END = re.compile(r"[.;,)!?](?=\s|$)|[\n，。；！？）]")
+# A clause ends at punctuation or at a conjunction that joins another clause ("... is
+# correct horse battery staple and the vault key is ..."), in en/fr/de/es/zh.
+# A token given to a verb of logging in ("unseal with V", "log in using the token V",
+# "auth with V") or to vault's own commands (`vault operator unseal V`, `vault login V`).
+# Our own rule; the value must look random (`_random_like`), so "log in with your SSO
+# account" stays. Hashing verbs are not here: "hashed with <sha>" is a digest.
+_GIVEN_HINT = re.compile(r"(?i)unseal|log[ \t]?in|sign[ \t]?in|auth")
+_GIVEN = re.compile(
+    r"(?i)(?:\b(?:unseal|log[ \t]?in|sign[ \t]?in|auth(?:enticate)?|authori[sz]e)[ \t]+(?:with|using)[ \t]+"
+    r"(?:(?:the|this|that|my|our|a|an|root|unseal|api|access|vault|key|token|secret)[ \t]+){0,3}"
+    r"|\bvault[ \t]+(?:operator[ \t]+)?(?:unseal|login)(?:[ \t]+-[\w-]+(?:=\S+)?)*[ \t]+)"
+    r"(?P<s>[^\s\"'`]{12,400})"
+)
+# "login is admin / V", "credentials are admin:V", "creds: admin/V": a user and a password
+# named together. Our own rule; the password must look like one (`_password_like`) and not
+# be a path, so "the login is GET /api/login" and "creds: read/write" stay.
+_PAIR_HINT = re.compile(r"(?i)login|cred|identifiant|zugang|anmeldedaten|凭据|账号")
+_PAIR = re.compile(
+    r"(?i)(?<![^\W\d_])(?:logins?|credentials?|creds|identifiants|zugangsdaten|anmeldedaten|credenciales|凭据|账号密码)"
+    r"(?:\s+(?:is|are|sont|est|sind|ist|son|es|lauten)|\s*[:=：])\s*"
+    r"(?P<user>[\w.@+-]{1,64})[ \t]*[/:][ \t]*(?P<q>[\"'`])?(?P<s>(?(q)[^\"'`\n]{4,200}(?=[\"'`])|[^\s\"'`/]{1,200}))"
+)
+
+
+def _given_spans(scan: str) -> Iterator[_Span]:
+    """Tokens given to a login verb (`_GIVEN`) and passwords of a user/password pair (`_PAIR`)."""
+    if _GIVEN_HINT.search(scan):
+        for m in _GIVEN.finditer(scan):
+            start, end = m.span("s")
+            while end > start and scan[end - 1] in _VALUE_END:
+                end -= 1
+            if _random_like(scan[start:end]):
+                yield _Span(start, end, "secret")
+    if _PAIR_HINT.search(scan):
+        for m in _PAIR.finditer(scan):
+            start, end = m.span("s")
+            if not m["q"]:
+                while end > start and scan[end - 1] in _VALUE_END:
+                    end -= 1
+            if end > start and _password_like(scan[start:end], quoted=bool(m["q"])):
+                yield _Span(start, end, "password")
+
+
+_CLAUSE_END = re.compile(r"[.;,)!?](?=\s|$)|[\n，。；！？）]"
+                         r"|(?i:[ \t]+(?:and|or|but|et|ou|mais|und|oder|aber|y|o|pero)(?=\s|$))|\s*(?:和|或)")
 _PHRASE_WORD = re.compile(r"[^\W_][\w'’&@#$%^*+=!?~-]*")
 # The first word of a sentence about a passphrase, not of one: "is stored in the vault",
 # "is too short", "ist im Tresor", "est dans 1Password", "es obligatoria".
@@ -495,10 +570,22 @@ _NOT_PHRASE_START = re.compile(
 )
 
 
+# Words of a sentence, not of a passphrase: a value after a password word ("mein Passwort
+# ist Sonne Mond Sterne 42") that holds one is a sentence about the password ("the
+# password is easy to guess", "le mot de passe est valable pour un an").
+_FUNCTION_WORD = re.compile(
+    r"(?i)(?:the|a|an|to|of|in|on|at|for|from|by|with|as|than|then|that|this|it|its|is|are|was|be|been|if|when|so"
+    r"|not|into|about|like|after|before|until|via|per|i|you|he|she|we|they|me|my|your|our|their"
+    r"|le|la|les|un|une|des|de|du|à|au|aux|en|dans|pour|par|sur|avec|que|qui|est|pas|ne|trop|très|plus|sans|chez"
+    r"|il|elle|nous|vous|ils|der|die|das|den|dem|des|ein|eine|einen|einem|im|am|zu|zum|zur|mit|für|von|vom|auf"
+    r"|bei|ist|nicht|kein|keine|sehr|nach|aus|ich|du|er|sie|wir|el|los|las|del|al|con|por|para|es|no|muy|sin"
+    r"|sobre|yo|tú|su|se|d['’]\w*|l['’]\w*)")
+
+
 def _passphrase_end(scan: str, start: int) -> int:
     """Where the passphrase value starting at `start` ends: the end of its clause (`. ; , )
-    ! ?` before a space, a line break, CJK punctuation, or the end), at most 8 words and
-    100 characters."""
+    ! ?` before a space, a line break, CJK punctuation, a conjunction (`_CLAUSE_END`), or
+    the end), at most 8 words and 100 characters."""
     limit = min(len(scan), start + 100)
     stop = _CLAUSE_END.search(scan, start, limit)
     end = stop.start() if stop else limit

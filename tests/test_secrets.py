@@ -236,7 +236,54 @@ def sentences() -> list[Case]:
         Case("zh-miyao-shi", "密钥是{s}", rand("zhkey"), S),
         Case("zh-lingpai-colon", "访问令牌：{s}", rand("zhtok", 32), S),
         Case("zh-api-key-shi", "API key 是 {s}", rand("zhapi", 32), S),
-    ] + second_trial()
+    ] + second_trial() + third_trial()
+
+
+def third_trial() -> list[Case]:
+    """The gaps a third fresh-user trial found, each as a kind (all values are fakes)."""
+    b64 = lambda seed: fake(seed, 36, B64) + fake(seed + "d", 4, string.digits)  # noqa: E731  # a vault unseal key's shape
+    P, S = "password", "secret"
+    return [
+        # a labelled key line, as `vault operator init` prints it; a token given to a login verb
+        Case("en-unseal-key-line", "Unseal Key 1: {s}\nUnseal Key 2: [SECRET:secret]", b64("uk1"), S),
+        Case("en-recovery-key-line", "Recovery Key 3: {s}", b64("rk3"), S),
+        Case("en-unseal-with", "unseal with {s} then check status", b64("uw"), S),
+        Case("en-login-with-token", "log in with the token {s}.", b64("lw"), S),
+        Case("en-auth-using", "auth using {s} against staging", b64("au"), S),
+        Case("cli-vault-operator-unseal", "vault operator unseal {s}", b64("vou"), S),
+        Case("cli-vault-login", "vault login -method=token {s}", b64("vl"), S),
+        # a password flag of a client that takes its password on the command line
+        Case("cli-mysql-password-space", "mysql -u root --password {s}", "FakeAbcd", P),
+        Case("cli-mysql-password-equals", "mysql --password={s} -u root", "FakeAbcd", P),
+        Case("cli-redis-cli-a", "redis-cli -a {s} ping", "FakeZxcv", P),
+        Case("cli-docker-login-p", "docker login -u bot -p {s} registry.internal", "FakeDock99", P),
+        Case("cli-docker-login-password", "docker login --password {s} registry.internal", "FakeDock", P),
+        Case("cli-podman-login-p", "podman login -p {s} quay.io", "FakeQuay", P),
+        Case("cli-helm-repo-password", "helm repo add corp https://charts.corp.test --username ci --password {s}", "FakeHelm", P),
+        Case("cli-curl-u", "curl -u deploy:{s} https://ci.test/api", "FakePass", "basic-auth"),
+        # a passphrase of plain words after a password word, in five languages
+        Case("de-passwort-ist-words", "mein Passwort ist {s}", "Sonne Mond Sterne 42", P),
+        Case("fr-mot-de-passe-words", "mon mot de passe est {s}", "chat noir soixante", P),
+        Case("es-contrasena-words", "mi contraseña es {s}", "gato negro sesenta", P),
+        Case("en-password-words", "my password is {s}, don't tell", "violet anchor tulip", P),
+        # a user / password pair
+        Case("en-login-is-pair", "Our admin login is admin / {s}", "Fake-Pw-77", P),
+        Case("en-credentials-are-pair", "the staging credentials are deploy:{s}", "Fake-Pw-78", P),
+        Case("en-creds-colon-pair", "creds: admin/{s}", "Fake-Pw-79", P),
+        Case("de-zugangsdaten-pair", "Zugangsdaten: admin / {s}", "Fake-Pw-80", P),
+        # a passphrase stops at a conjunction, so the next clause survives
+        Case("en-passphrase-and", "my ssh passphrase is {s} and the vault is sealed", "correct horse battery staple", P),
+        Case("fr-phrase-secrete-et", "la phrase secrète est {s} et elle expire demain", "loutre blaireau lynx", P),
+        Case("de-passphrase-und", "die Passphrase ist {s} und gilt bis Mai", "Otter Dachs Luchs", P),
+        Case("es-frase-secreta-y", "la frase secreta es {s} y caduca mañana", "gato azul marino", P),
+        Case("zh-kouling-duanyu-he", "口令短语是 {s}和 vault 的密钥在保险箱里", "correct horse battery", P),
+    ]
+
+
+def test_passphrase_stops_at_a_conjunction_and_keeps_the_next_secret():
+    unseal = fake("uk-and", 36, B64) + "4821"
+    text = f"my ssh passphrase is correct horse battery staple and the vault unseal key is {unseal}"
+    assert mask(text).text == "my ssh passphrase is [SECRET:password] and the vault unseal key is [SECRET:secret]"
 
 
 def second_trial() -> list[Case]:
@@ -321,6 +368,16 @@ def test_innocent_prose_in_five_languages_is_untouched(text):
     "the cache key is user_42_fr_locale", "token: 8192", "key: 2024-01-01T10:00:00Z",
     "the password is at least 12 characters", "the password is re-used", "PIN code: 4 digits",
     "RegEnumKey = win32api.RegEnumKey", "if password is self.password2:",
+    # sentences about a password, and port flags of other tools (third trial)
+    "das Passwort ist im Tresor", "le mot de passe est trop court", "la contraseña es obligatoria",
+    "the password is easy to guess", "mi contraseña es demasiado corta para el servidor",
+    "das Passwort ist sehr lang und sicher", "le mot de passe est valable pour un an",
+    "docker run -p 8080:80 nginx", "ssh -p 2222 deploy@host", "psql -h db -p 5432 shop",
+    "redis-cli -h cache -p 6379 ping", "mysql --password -u root shop", "docker login --password-stdin ghcr.io",
+    "docker login -p $REGISTRY_PASSWORD ghcr.io", "mysql --password=\"$DB_PASSWORD\" shop",
+    "the login is GET /api/login", "creds: read/write", "credentials are stored in SSM",
+    "log in with your SSO account", "hashed with 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39 as the key",
+    "login with the e-mail address, then authenticate with the OTP",
 ])
 def test_code_and_talk_about_secrets_stay(text):
     assert mask(text) == Masked(text)
