@@ -302,9 +302,11 @@ def _notes_add(args: argparse.Namespace) -> int:
         print(f"memsift notes add: could not write {store.markdown} ({exc}); nothing was added", file=sys.stderr)
         return 1
     print(f"{note.id} · {note.date} · {note.kind}  ({store.markdown})")
-    for old in store.notes():
-        if old.superseded_by == note.id:
-            print(f"  supersedes {old.id}: {_clip(old.text)}  (`memsift notes undo` takes the link back)")
+    replaced = [old for old in store.notes() if old.superseded_by == note.id]
+    for old in replaced:
+        print(f"  supersedes {old.id}: {_clip(old.text)}")
+    if replaced:
+        print("  (kept in the file, never pasted again; `memsift notes undo` takes the link back)")
     for warning in store.warnings:
         print(f"memsift notes add: {warning}", file=sys.stderr)
     return 0

@@ -552,8 +552,8 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
     note move to its twin. With `vectors` (note id -> embedding),
     `supersession.link_superseded` runs over the remaining active notes and each link
     becomes a `Supersede`: a newer note that says something changed supersedes the older
-    one it restates (a link from a value changed alone is made by `notes add`, where the
-    user sees it, never here). Running it again on the result proposes nothing.
+    one whose subject it restates (`shown=False`: the links `notes add` makes from a value
+    changed, which it prints, are never made here). Running it again on the result proposes nothing.
 
     :raises RevisionError: `text` does not parse.
     """
@@ -600,6 +600,6 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
     rest = [n for n in active if n.id not in twin and n.id in unit]
     if len(rest) >= 2:
         linked = link_superseded(rest, {text_hash(n.text): unit[n.id] for n in rest}, new_ids={n.id for n in rest},
-                                 value_changes=False)  # automatic: only links a note states itself
+                                 shown=False)  # nobody sees these links made: only the surest
         ops += [Supersede(n.id, n.superseded_by) for n in linked if n.superseded_by]
     return ops

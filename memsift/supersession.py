@@ -129,7 +129,7 @@ def restates(old: str, new: str) -> bool:
 
 
 def link_superseded(
-    notes: list[Note], vectors: Mapping[str, np.ndarray], new_ids: set[str], *, value_changes: bool = True
+    notes: list[Note], vectors: Mapping[str, np.ndarray], new_ids: set[str], *, shown: bool = True
 ) -> list[Note]:
     """Return `notes` with `superseded_by` set on the older notes that a note in `new_ids` replaces.
 
@@ -137,13 +137,12 @@ def link_superseded(
     already superseded are left as they are and are not candidates. Nothing is deleted:
     a link only marks the older note, which stays in the file with its history.
 
-    A link by change cue also needs the newer note to restate the older one's subject
-    (`restates`: "The production database moved from PostgreSQL 14" does not replace "The
-    staging database is PostgreSQL 14").
-    `value_changes=False` makes only the links a newer note states itself (a cue), not those
-    read from a value changed (`changed_value`): which of two sentences' words is the subject
-    and which the value ("cut from main / develop", "time out in staging / production") is a
-    guess that the writer should see when it is made (`memsift notes add` prints it).
+    Which of two sentences' words are the subject and which the value is a guess ("cut from
+    main / develop" is a value changed, "time out in staging / production" another subject),
+    so how far the guess goes depends on whether the writer sees it. `shown` (as `memsift
+    notes add` prints each link, with the undo): a change cue, or the same kind with a value
+    changed (`changed_value`). Not shown (the reviser after a capture): only a change cue in
+    a note that restates the older one's subject (`restates`).
     """
     active = [n for n in notes if n.active]
     if len(active) < 2:
@@ -164,8 +163,8 @@ def link_superseded(
         if EVENT_KINDS & {new.kind, old.kind}:
             continue
         shared = len(content_tokens(new.text) & content_tokens(old.text))
-        cue = says_change(new.text) and restates(old.text, new.text)
-        if not (cue or value_changes and new.kind == old.kind and changed_value(old.text, new.text)):
+        cue = says_change(new.text) and (shown or restates(old.text, new.text))
+        if not (cue or shown and new.kind == old.kind and changed_value(old.text, new.text)):
             continue
         newer_than_j = [m for m in range(len(active)) if when[m] > when[j]]
         if sims[i, j] >= MIN_COSINE and shared >= MIN_SHARED and max(newer_than_j, key=lambda m: sims[j, m]) == i:

@@ -89,10 +89,14 @@ def test_two_facts_about_different_subjects_both_stay_active(project, memsift_ho
     ("The staging database is PostgreSQL 14.", "The production database moved from PostgreSQL 14 to PostgreSQL 16."),
     ("Staging runs in AWS region eu-west-1.", "Production now runs in AWS region us-east-1."),
 ])
-def test_a_change_cue_about_another_subject_supersedes_nothing(project, memsift_home, old, new):
-    add(project, old, "2026-10-01", "context")
-    done = add(project, new, "2026-12-01", "context")
-    assert done.returncode == 0 and b"supersedes" not in done.stdout
+def test_the_reviser_links_no_change_about_another_subject(old, new, e5):
+    """After a capture nobody sees the links the reviser makes: a change cue links only a
+    note that restates the older one's subject."""
+    from memsift.revision import propose
+
+    text = ("# memsift notes: p\n\n## N001 · 2026-10-01 · context · session s1\n" + old +
+            "\n\n## N002 · 2026-12-01 · context · session s2\n" + new + "\n")
+    assert propose(text, dict(zip(["N001", "N002"], e5.passage([old, new])))) == []
 
 
 def test_an_incident_about_a_migration_does_not_supersede_the_rule_about_migrations(project, memsift_home):
