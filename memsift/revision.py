@@ -297,7 +297,7 @@ def _norm(text: str) -> str:
 def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
     """Refuse ops that would delete or rewrite what the user wrote (see the module docstring).
 
-    Allowed: `supersede` by a note at least as new, neither of them an incident; a `replace`
+    Allowed: `supersede` of a note that is no incident by a note at least as new; a `replace`
     of a header line (its links); deleting a blank line; deleting or rewriting a line of a captured note (a `session` in its header),
     except that deleting a captured note's header (the note itself) needs its text to repeat,
     up to case and spacing, a note the ops leave in place.
@@ -316,8 +316,8 @@ def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
             old, new = by_id.get(op.note), by_id.get(op.by)
             if old is None or new is None:
                 continue  # apply_ops says which is missing
-            if EVENT_KINDS & {old.kind, new.kind}:
-                raise RevisionError(f"op {k} {op}: an incident is an event: it neither supersedes nor is superseded")
+            if old.kind in EVENT_KINDS:
+                raise RevisionError(f"op {k} {op}: {op.note} is an incident, an event: nothing supersedes it")
             if new.date < old.date:
                 raise RevisionError(f"op {k} {op}: {op.by} ({new.date}) is older than {op.note} ({old.date}); "
                                     f"only a newer note supersedes")

@@ -13,7 +13,7 @@ false swaps). So a link needs three things at once:
    same kind, it repeats the older note with a value changed (`changed_value`: "Staging
    runs in eu-west-1." then "Staging runs in us-east-1."): two notes that differ in a value
    are never duplicates; the newer one is the correction;
-4. neither is an incident (`EVENT_KINDS`): a newer incident does not make an older untrue.
+4. the older note is not an incident (`EVENT_KINDS`): nothing newer makes an event untrue.
 
 The result is data: the older note's status becomes "superseded by <id>" in the Markdown,
 where the user can see and undo it, and recall never pastes a superseded note.
@@ -39,24 +39,25 @@ SUBJECT_WORDS = 4
 _CUES = [
     # en
     r"\breplac(?:es|ed|ing)\b", r"\binstead of\b", r"\bno longer\b", r"\bnot .{0,20}anymore\b",
-    r"\bmoved (?:from|off|away|to)\b", r"\bswitched (?:to|from|over|back)\b",
+    r"\bmoved (?:from|off|away|to|into|over to)\b", r"\bswitched (?:to|from|over|back)\b",
     r"\bmigrated (?:to|from|off|away)\b", r"\bsupersed", r"\brenewed\b",
     r"\bdropped (?:\S+ ){0,3}(?:in favou?r of|for)\b", r"\bnow (?:uses|runs|goes|lives|is)\b", r"\bfrom now on\b",
     r"\bchanged (?:from|to)\b", r"\bdeprecated in favou?r of\b",
     # fr
     r"\bremplac", r"\bau lieu de?\b", r"\bne .{0,30}\bplus\b", r"\bn'.{0,30}\bplus\b",
-    r"\bpass(?:é|e|és|ée) (?:de|à|a|sur|sous)\b", r"\bmigr(?:é|ée|és|ées|ons) (?:vers|de|sur)\b",
+    r"\bmigr(?:é|ée|és|ées)(?!\w)", r"\bmigrons (?:vers|de|sur)\b",
+    r"\bdéplacé(?:e|s|es)? (?:dans|vers|de|sur|à|a)\b", r"\bpass(?:e|é|ée|és|ées) (?:en|de|à|a|sur|sous)\b",
     r"\babandonn(?:é|ée|és|ées|ons) (?:\S+ ){0,3}(?:au profit|pour)\b",
     r"\bdésormais\b", r"\bdorénavant\b", r"\brenouvel", r"\bchang(?:é|e) de\b",
     # de
     r"\bersetzt\b", r"\bstatt\b", r"\banstelle\b", r"\bnicht mehr\b", r"\bumgestellt\b",
-    r"\bgewechselt\b", r"\bmigriert\b", r"\babgelöst\b", r"\bab jetzt\b", r"\bkünftig\b",
+    r"\bgewechselt\b", r"\bumgezogen\b", r"\bverschoben (?:nach|in|auf)\b", r"\bmigriert\b", r"\babgelöst\b", r"\bab jetzt\b", r"\bkünftig\b",
     r"\bneu verhandelt\b", r"\bverlängert\b",
     # es
     r"\breemplaz", r"\ben (?:lugar|vez) de\b", r"\bya no\b", r"\bcambiamos\b", r"\bmigr(?:ado|amos) (?:a|de|desde)\b",
-    r"\bpasamos (?:de|a)\b", r"\ba partir de ahora\b", r"\bsustitu", r"\brenovad",
+    r"\bpasamos (?:de|a)\b", r"\bmovid[oa]s? (?:a|de|al)\b", r"\ba partir de ahora\b", r"\bsustitu", r"\brenovad",
     # zh
-    r"取代", r"替代", r"改为", r"改用", r"不再", r"换成", r"迁移到", r"迁移至", r"从现在起", r"替换", r"弃用", r"改成",
+    r"取代", r"替代", r"改为", r"改用", r"不再", r"换成", r"迁移到", r"迁移至", r"移到", r"移至", r"从现在起", r"替换", r"弃用", r"改成",
 ]
 _CUE = re.compile("|".join(_CUES), re.IGNORECASE)
 # A cue is a phrase of change, not a word that also names a kind of work: "migrated to",
@@ -77,8 +78,9 @@ VALUE_WORDS = 3
 #: ... after at least this many shared words: the subject comes first, and a note whose
 #: first words differ is about something else ("staging" / "production").
 VALUE_PREFIX = 2
-#: Kinds that are events, not state: an incident is what happened, a newer one does not make
-#: the older untrue, so incidents neither supersede nor are superseded.
+#: Kinds that are events, not state: an incident is what happened, and nothing newer makes it
+#: untrue, so it is never superseded (its fix may still change a state: "addon raised to
+#: 512 MB" supersedes the note that said 256 MB).
 EVENT_KINDS = frozenset({"incident"})
 
 
@@ -160,7 +162,7 @@ def link_superseded(
             continue
         j = max(older, key=lambda j: sims[i, j])
         old = active[j]
-        if EVENT_KINDS & {new.kind, old.kind}:
+        if old.kind in EVENT_KINDS:
             continue
         shared = len(content_tokens(new.text) & content_tokens(old.text))
         cue = says_change(new.text) and (shown or restates(old.text, new.text))
