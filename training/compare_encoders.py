@@ -2,6 +2,7 @@
 
     python training/compare_encoders.py ~/.cache/memsift-train/e5-ft-f0.bin
     python training/compare_encoders.py FILE --skip-genre       # timing only
+    python training/compare_encoders.py FILE --skip-timing      # the genre question only
 
 Two measurements, nothing fitted is kept:
 
@@ -112,19 +113,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-genre", action="store_true")
+    ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
     paths = {"bundled": None, "fine-tuned": args.model}
     rows = read_genre()
     results: dict = {}
 
-    sample = random.Random(args.seed).sample([r["text"] for r in rows], args.messages)
-    lens = sorted(len(m) for m in sample)
-    print(f"timing {len(sample)} messages ({lens[0]}-{lens[-1]} characters, median {lens[len(lens) // 2]})")
-    results["timing"] = time_messages(paths, sample)
-    for label, r in results["timing"].items():
-        print(f"  {label:>10}: load {1000 * r['load_s']:.0f} ms, per message median {r['median_ms']:.1f} ms, "
-              f"p95 {r['p95_ms']:.1f} ms, mean {r['mean_ms']:.1f} ms")
+    if not args.skip_timing:
+        sample = random.Random(args.seed).sample([r["text"] for r in rows], args.messages)
+        lens = sorted(len(m) for m in sample)
+        print(f"timing {len(sample)} messages ({lens[0]}-{lens[-1]} characters, median {lens[len(lens) // 2]})")
+        results["timing"] = time_messages(paths, sample)
+        for label, r in results["timing"].items():
+            print(f"  {label:>10}: load {1000 * r['load_s']:.0f} ms, per message median {r['median_ms']:.1f} ms, "
+                  f"p95 {r['p95_ms']:.1f} ms, mean {r['mean_ms']:.1f} ms")
 
     if not args.skip_genre:
         results["genre"] = {}
