@@ -297,10 +297,11 @@ def _norm(text: str) -> str:
 def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
     """Refuse ops that would delete or rewrite what the user wrote (see the module docstring).
 
-    Allowed: `supersede` of a note that is no incident by a note at least as new; a `replace`
-    of a header line (its links); deleting a blank line; deleting or rewriting a line of a captured note (a `session` in its header),
-    except that deleting a captured note's header (the note itself) needs its text to repeat,
-    up to case and spacing, a note the ops leave in place.
+    Allowed: a link (`supersede`, or a `replace` of a header line that changes only its
+    `superseded by` part) from a note that is no incident to a note at least as new;
+    deleting a blank line; deleting or rewriting a line of a captured note (a `session` in
+    its header), except that deleting a captured note's header (the note itself) needs its
+    text to repeat, up to case and spacing, a note the ops leave in place.
 
     :raises RevisionError: naming the op and what it would have changed.
     """
@@ -311,16 +312,20 @@ def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
             if any(isinstance(op, Delete) and op.line - 1 == f.spans[n.id].start for op in checked)}
     staying = {_norm(n.text) for n in f.parsed.notes if n.id not in gone}
     by_id = {n.id: n for n in f.parsed.notes}
+
+    def check_link(k: int, op: Op, note: str, by: str) -> None:
+        old, new = by_id.get(note), by_id.get(by)
+        if old is None or new is None:
+            return  # apply_ops says which is missing
+        if old.kind in EVENT_KINDS:
+            raise RevisionError(f"op {k} {op}: {note} is an incident, an event: nothing supersedes it")
+        if new.date < old.date:
+            raise RevisionError(f"op {k} {op}: {by} ({new.date}) is older than {note} ({old.date}); "
+                                f"only a newer note supersedes")
+
     for k, op in enumerate(checked, 1):
         if isinstance(op, Supersede):
-            old, new = by_id.get(op.note), by_id.get(op.by)
-            if old is None or new is None:
-                continue  # apply_ops says which is missing
-            if old.kind in EVENT_KINDS:
-                raise RevisionError(f"op {k} {op}: {op.note} is an incident, an event: nothing supersedes it")
-            if new.date < old.date:
-                raise RevisionError(f"op {k} {op}: {op.by} ({new.date}) is older than {op.note} ({old.date}); "
-                                    f"only a newer note supersedes")
+            check_link(k, op, op.note, op.by)
             continue
         if not 1 <= op.line <= len(f.content):
             continue  # apply_ops checks the rest
@@ -332,6 +337,10 @@ def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
             raise RevisionError(f"op {k} {op}: line {op.line} is above the first note, text of the user's "
                                 f"that no reviser changes")
         if isinstance(op, Replace) and i == f.spans[n.id].start:
+            if _LINK.sub("", op.old.rstrip()) != _LINK.sub("", op.new.rstrip()):
+                raise RevisionError(f"op {k} {op}: a reviser changes a header only in its 'superseded by' link")
+            if m := re.search(r"superseded by +(\S+) *$", op.new):
+                check_link(k, op, n.id, m[1])
             continue
         if n.session is None:
             raise RevisionError(f"op {k} {op}: {n.id} was written by hand, and no reviser deletes or rewrites "

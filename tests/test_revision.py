@@ -388,3 +388,20 @@ def test_two_processes_revise_at_once(store, pinned):
     for _ in range(outcomes.count("ok")):
         undo(store)
     assert store.markdown.read_bytes() == SHOP.encode()
+
+
+@pytest.mark.parametrize("new, reason", [
+    ("## N002 · 2026-02-01 · context · session s1", r"only in its 'superseded by' link"),  # the kind
+    ("## N002 · 2026-02-01 · constraint", r"only in its 'superseded by' link"),  # the session: now "by hand"
+    ("## N002 · 2026-02-01 · constraint · session s1 · superseded by N001", r"N001 \(2026-01-01\) is older"),
+])
+def test_a_reviser_changes_a_header_only_in_its_link(store, new, reason):
+    with pytest.raises(RevisionError, match=reason):
+        revise(store, [Replace(8, line(8), new)], backend="llm")
+    assert store.markdown.read_bytes() == SHOP.encode()
+
+
+def test_no_reviser_supersedes_an_incident(store):
+    write(store, SHOP.replace("## N002 · 2026-02-01 · constraint", "## N002 · 2026-02-01 · incident"))
+    with pytest.raises(RevisionError, match="N002 is an incident"):
+        revise(store, [Supersede("N002", "N003")], backend="llm")
