@@ -303,6 +303,18 @@ class NoteStore:
             known.setdefault(text_hash(n.text), known[text_hash(indexed_text(n))])
         return known
 
+    def _index_meta(self) -> dict[str, str]:
+        """The index's meta table ({} when there is no readable index): all a prompt reads
+        of it when it is up to date."""
+        if not self.index_path.exists():
+            return {}
+        try:
+            with sqlite3.connect(f"file:{self.index_path}?mode=ro", uri=True) as db:
+                return dict(db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.Error as exc:
+            log.warning("notes index %s unreadable (%s)", self.index_path, exc)
+            return {}
+
     def _indexed_vectors(self, meta: dict[str, str]) -> dict[str, np.ndarray]:
         """The index's vectors by text hash ({} when it is missing, unreadable or written by
         another encoder); fills `meta` with its meta table."""
@@ -371,8 +383,7 @@ class NoteStore:
         self.stale = False
         if not self.markdown.exists():
             return None
-        meta: dict[str, str] = {}
-        known = self._indexed_vectors(meta)
+        meta = self._index_meta()
         st = os.stat(self.markdown)
         same_encoder = meta.get("encoder") == self.encoder.name
         if same_encoder and (meta.get("markdown_size"), meta.get("markdown_mtime_ns")) == (str(st.st_size), str(st.st_mtime_ns)):
@@ -383,6 +394,7 @@ class NoteStore:
             return self.index_path
         from filelock import Timeout
 
+        known = self._indexed_vectors({})
         try:
             with self.lock(timeout=0.5):
                 current = self.read(strict=False)
