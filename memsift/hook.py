@@ -140,9 +140,12 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
         if backend is not None:
             backend.close()
     if notes.stale:  # the index lags the notes: rebuilt by a process of its own, never in the prompt
-        command = detach([sys.executable, "-P", "-m", "memsift", "notes", "reindex", "--background",
-                          f"--project={payload['cwd']}"], payload["cwd"])
-        log.info("session %s: notes index stale, started %s", session, " ".join(command[2:]))
+        try:
+            command = detach([sys.executable, "-P", "-m", "memsift", "notes", "reindex", "--background",
+                              f"--project={root}"], str(root))
+            log.info("session %s: notes index stale, started %s", session, " ".join(command[2:]))
+        except OSError as exc:  # the paste is ready: it goes out whatever happens here
+            log.warning("session %s: notes index stale, could not start a reindex (%s)", session, exc)
     try:
         from .runlog import RunLog
 
