@@ -79,6 +79,15 @@ def _texts(content) -> str:
     return ""
 
 
+def _json_object(line: bytes) -> dict | None:
+    """One transcript line as a JSON object (bad UTF-8 replaced), or None for anything else."""
+    try:
+        entry = json.loads(line.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
 def open_regular(path: str | Path):
     """`path` opened for reading in binary, if it is a regular file.
 
@@ -122,11 +131,8 @@ def read_transcript(path: str | Path, max_turns: int) -> tuple[list[Turn], set[s
     pasted: set[str] = set()
     seen: set[tuple] = set()
     for line in lines:
-        try:
-            entry = json.loads(line.decode("utf-8", "replace"))
-        except ValueError:
-            continue
-        if not isinstance(entry, dict):
+        entry = _json_object(line)
+        if entry is None:
             continue
         kind = entry.get("type")
         if kind == "attachment":
@@ -249,13 +255,8 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
         seen: set[tuple] = set()
         for line_start, line_end, line in _lines(fh, offset):
             last = line_end
-            entry = None
-            if line is not None:
-                try:
-                    entry = json.loads(line.decode("utf-8", "replace"))
-                except ValueError:
-                    entry = None
-            found = _message(entry) if isinstance(entry, dict) else None
+            entry = _json_object(line) if line is not None else None
+            found = _message(entry) if entry is not None else None
             if found is None:
                 if user is not None:
                     end = line_end
@@ -300,11 +301,8 @@ def session_cwd(path: str | Path) -> str | None:
                 return None
             if line is None or b'"cwd"' not in line:
                 continue
-            try:
-                entry = json.loads(line.decode("utf-8", "replace"))
-            except ValueError:
-                continue
-            if not isinstance(entry, dict):
+            entry = _json_object(line)
+            if entry is None:
                 continue
             payload = entry.get("payload")
             if entry.get("type") in ("session_meta", "turn_context") and isinstance(payload, dict):
