@@ -569,7 +569,7 @@ def _reindex(root: Path, home: Path, encoder) -> None:
     if not store.markdown.exists():
         return
     try:
-        store.reindex()
+        store.reindex(wait=0)  # one already running does the job
     except Exception as exc:
         _log_failure(f"sweep: reindexing the notes of {root}", exc)
 

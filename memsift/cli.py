@@ -418,8 +418,6 @@ def _notes_history(args: argparse.Namespace) -> int:
 def _notes_reindex(args: argparse.Namespace) -> int:
     import sqlite3
 
-    from filelock import FileLock, Timeout
-
     store = _store(args.project)
     if args.background:  # started by the prompt hook: log to capture.log, and one at a time
         from .config import memsift_home
@@ -429,16 +427,14 @@ def _notes_reindex(args: argparse.Namespace) -> int:
     for problem in store.read(strict=False).problems:
         print(f"memsift notes reindex: {problem}", file=sys.stderr)
     try:
-        store.folder.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(store.folder / "reindex.lock"), timeout=0 if args.background else 600):
-            embedded = store.reindex()
-    except Timeout:
-        logging.getLogger("memsift").info("notes reindex of %s: another one is running", store.folder)
-        return 0
+        embedded = store.reindex(wait=0 if args.background else 600)
     except (OSError, sqlite3.Error) as exc:
         logging.getLogger("memsift").error("notes reindex of %s failed: %s", store.folder, exc)
         print(f"memsift notes reindex: could not write {store.index_path} ({exc})", file=sys.stderr)
         return 1
+    if embedded is None:
+        print(f"{store.index_path}: another reindex is running and will finish it")
+        return 0
     print(f"{store.index_path}: {len(store.notes())} notes indexed, {embedded} embedded now")
     return 0
 

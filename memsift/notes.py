@@ -107,15 +107,6 @@ class NoteStore:
         return FileLock(str(self.folder / "notes.lock"), timeout=timeout)
 
 
-    def text(self) -> str:
-        """The Markdown as stored, for writers: bytes that are not UTF-8 kept as surrogate
-        escapes (`notefile.decode`), so that writing it back keeps them. The default
-        preamble when there is no file."""
-        try:
-            return decode(self.markdown.read_bytes(), str(self.markdown))[0]
-        except FileNotFoundError:
-            return default_preamble(self.title) + "\n"
-
     def read(self, strict: bool = True) -> NotesFile:
         """The parsed Markdown (see `notefile.parse_markdown`); an empty file when there is none.
 
@@ -124,10 +115,16 @@ class NoteStore:
         longer in the file (it reads as active: the link hides nothing). Raises
         `NotesFormatError` (strict) for a file badly formed.
         """
+        return self._load(strict)[1]
+
+    def _load(self, strict: bool) -> tuple[str, NotesFile]:
+        """The Markdown as stored, for writers (bytes that are not UTF-8 kept as surrogate
+        escapes, `notefile.decode`, so that writing it back keeps them; the default preamble
+        when there is no file), and its parse as `read` gives it, from one read of the file."""
         try:
             raw = self.markdown.read_bytes()
         except FileNotFoundError:
-            return NotesFile(default_preamble(self.title), [], [])
+            return default_preamble(self.title) + "\n", NotesFile(default_preamble(self.title), [], [])
         text, problems = decode(raw, str(self.markdown))
         parsed = parse_markdown(clean(text), str(self.markdown), strict=strict)
         ids = {n.id for n in parsed.notes}
@@ -141,7 +138,7 @@ class NoteStore:
                                 f"in the file, so {n.id} is recalled again; fix its header with `memsift notes edit`")
                 n = replace(n, superseded_by=None)
             notes.append(n)
-        return replace(parsed, notes=notes, problems=problems + parsed.problems)
+        return text, replace(parsed, notes=notes, problems=problems + parsed.problems)
 
     def notes(self) -> list[Note]:
         """Every note in the Markdown, superseded ones included, read leniently as recall
@@ -175,11 +172,11 @@ class NoteStore:
 
         self.warnings = []
         with self.lock():
-            current = self.read(strict=False)  # appending rewrites nothing: a line misread stays as it is
+            text, current = self._load(strict=False)  # appending rewrites nothing: a line misread stays as it is
             existing = current.notes
             for problem in current.problems:
                 self._warn(problem)
-            ids = {n.id for n in existing} | set(_HEADER_ID.findall(self.text()))  # ids in mistyped headers too
+            ids = {n.id for n in existing} | set(_HEADER_ID.findall(text))  # ids in mistyped headers too
             texts = {n.text: n.id for n in existing if n.active}
             high_water = self.folder / "last_id"
             try:
@@ -207,7 +204,6 @@ class NoteStore:
             if not added:
                 return []
             vectors = self._vectors(existing + added)
-            text = self.text()
             newline = "\r\n" if "\r\n" in text else "\n"
             if text and not text.endswith(("\n", "\r")):
                 text += newline
@@ -249,17 +245,28 @@ class NoteStore:
         known = self._vectors(notes)
         return {n.id: known[text_hash(n.text)] for n in notes}
 
-    def reindex(self) -> int:
+    def reindex(self, wait: float = 600.0) -> int | None:
         """Rebuild the index from the Markdown, embedding every note it lacks (out of the
         prompt path: capture, the session-start sweep, `memsift notes reindex`). Returns the
-        number of notes embedded (0, writing nothing, when the index is up to date). The
-        embedding runs outside the lock; the index is written under it, from the Markdown
-        as it is then.
+        number of notes embedded (0, writing nothing, when the index is up to date), or None
+        when another reindex of the store ran for `wait` seconds (0: do not wait; it does the
+        job): one runs at a time (`reindex.lock`). The embedding runs outside the notes lock;
+        the index is written under it, from the Markdown as it is then.
 
         Raises `OSError` or `sqlite3.Error` when the index cannot be written.
         """
+        from filelock import FileLock, Timeout
+
         if not self.markdown.exists():
             return 0
+        try:
+            with FileLock(str(self.folder / "reindex.lock"), timeout=wait):
+                return self._reindex()
+        except Timeout:
+            log.info("notes reindex of %s: another one is running", self.folder)
+            return None
+
+    def _reindex(self) -> int:
         meta: dict[str, str] = {}
         before = self._indexed_vectors(meta)
         if (meta.get("encoder") == self.encoder.name and meta.get("missing") == "0"
