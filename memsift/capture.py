@@ -561,17 +561,29 @@ SWEEP_MAX = 20
 
 def _reindex(root: Path, home: Path, encoder) -> None:
     """Bring the project's notes index up to date with its Markdown (after an encoder change,
-    a bulk edit or a lost index, which the prompt hook leaves to this), logging a failure."""
+    a bulk edit or a lost index, which the prompt hook leaves to this), and its local passages
+    to the current encoder (`SQLiteBackend.reembed`), logging a failure."""
     from .config import project_dir
     from .notes import NoteStore
 
     store = NoteStore(project_dir(root, home), root.name, encoder=encoder)
-    if not store.markdown.exists():
-        return
-    try:
-        store.reindex(wait=0)  # one already running does the job
-    except Exception as exc:
-        _log_failure(f"sweep: reindexing the notes of {root}", exc)
+    if store.markdown.exists():
+        try:
+            store.reindex(wait=0)  # one already running does the job
+        except Exception as exc:
+            _log_failure(f"sweep: reindexing the notes of {root}", exc)
+    passages = store.folder / "passages.sqlite"
+    if passages.exists():  # vectors of an earlier encoder are embedded again
+        from .backends.sqlite import SQLiteBackend
+
+        try:
+            backend = SQLiteBackend(passages, store.encoder)
+            try:
+                backend.reembed()
+            finally:
+                backend.close()
+        except Exception as exc:
+            _log_failure(f"sweep: re-embedding the passages of {root}", exc)
 
 
 def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None, model=None) -> list[CaptureResult]:

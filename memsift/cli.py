@@ -436,6 +436,20 @@ def _notes_reindex(args: argparse.Namespace) -> int:
         print(f"{store.index_path}: another reindex is running and will finish it")
         return 0
     print(f"{store.index_path}: {len(store.notes())} notes indexed, {embedded} embedded now")
+    passages = store.folder / "passages.sqlite"
+    if passages.exists():  # the local passage tier too: its vectors are the encoder's
+        from .backends.sqlite import SQLiteBackend
+
+        try:
+            backend = SQLiteBackend(passages, store.encoder)
+            try:
+                print(f"{passages}: {backend.reembed()} passages embedded again")
+            finally:
+                backend.close()
+        except sqlite3.Error as exc:
+            logging.getLogger("memsift").error("re-embedding the passages of %s failed: %s", store.folder, exc)
+            print(f"memsift notes reindex: could not re-embed {passages} ({exc})", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -104,6 +104,7 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
 
         model = load_model(home, env, strict=False)  # a remote model, with the embedded one behind it
     notes = NoteStore(folder, root.name, encoder=model.encoder)
+    passages_stale = False  # the local passages embedded by another encoder
     breakers = getattr(model, "breakers", None)
     if cognee is not None:  # the server is the passage tier; its breaker pauses it
         from .backends.cognee import CogneeBackend, dataset_name
@@ -116,6 +117,7 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
         from .backends.sqlite import SQLiteBackend
 
         backend = SQLiteBackend(folder / "passages.sqlite", model.encoder)
+        passages_stale = backend.stale() > 0
     else:
         backend = None
     previous, seen = read_transcript(payload["transcript_path"], settings.context_turns)
@@ -139,13 +141,13 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
             ledger.close()
         if backend is not None:
             backend.close()
-    if notes.stale:  # the index lags the notes: rebuilt by a process of its own, never in the prompt
+    if notes.stale or passages_stale:  # an index lags: rebuilt by a process of its own, never in the prompt
         try:
             command = detach([sys.executable, "-P", "-m", "memsift", "notes", "reindex", "--background",
                               f"--project={root}"], str(root))
-            log.info("session %s: notes index stale, started %s", session, " ".join(command[2:]))
+            log.info("session %s: an index is stale, started %s", session, " ".join(command[2:]))
         except OSError as exc:  # the paste is ready: it goes out whatever happens here
-            log.warning("session %s: notes index stale, could not start a reindex (%s)", session, exc)
+            log.warning("session %s: an index is stale, could not start a reindex (%s)", session, exc)
     try:
         from .runlog import RunLog
 

