@@ -177,7 +177,10 @@ def model_file(name: str = FINE_TUNED) -> Path:
 
 
 def fine_tuned_encoder(name: str = FINE_TUNED) -> E5Encoder:
-    """`E5Encoder` on the fine-tuned model file (`model_file`); raises what that raises."""
+    """`E5Encoder` on the fine-tuned model file (`model_file`); raises what that raises, and
+    `FileNotFoundError` when its heads (`weights/heads-<name>.npz`) do not ship with it."""
+    if not shipped(f"heads-{name}.npz").is_file():
+        raise FileNotFoundError(f"no heads ship for {name}")
     return E5Encoder(str(model_file(name)), name)
 
 

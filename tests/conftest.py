@@ -15,11 +15,19 @@ from memsift.classifiers.encoders import HashingEncoder
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """One folder for the built model files of the whole run (72 MB each, built once)."""
+    return tmp_path_factory.mktemp("models")
+
+
 @pytest.fixture(autouse=True)
-def memsift_home(tmp_path, monkeypatch):
-    """Every test gets its own MEMSIFT_HOME; nothing touches ~/.memsift."""
+def memsift_home(tmp_path, monkeypatch, model_dir):
+    """Every test gets its own MEMSIFT_HOME; nothing touches ~/.memsift. The fine-tuned
+    model file is built once per run, not once per home (`MEMSIFT_MODEL_DIR`)."""
     home = tmp_path / "memsift-home"
     monkeypatch.setenv("MEMSIFT_HOME", str(home))
+    monkeypatch.setenv("MEMSIFT_MODEL_DIR", str(model_dir))
     return home
 
 

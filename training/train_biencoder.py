@@ -94,6 +94,7 @@ class Config:
     genre_weight: float = 1.0
     genre_batch: int = 32
     genre_files: str = "1,2,3"
+    symmetric: bool = True
 
 
 # ----------------------------------------------------------------------------- data
@@ -379,8 +380,11 @@ def training_examples(projects: dict[str, dict], names: set[str]) -> list[dict]:
     return [e for e in out if e["answers"]]
 
 
-def step_loss(model, cache, batch: list[dict], rng: random.Random, temperature: float) -> torch.Tensor:
-    """InfoNCE of each message against the batch's candidates (one positive each)."""
+def step_loss(model, cache, batch: list[dict], rng: random.Random, temperature: float,
+              symmetric: bool = False) -> torch.Tensor:
+    """InfoNCE of each message against the batch's candidates (one positive each); with
+    `symmetric`, plus each positive item against the batch's messages (the item-to-message
+    direction, as in CLIP: Radford et al. 2021, arXiv:2103.00020), averaged."""
     pos = [rng.choice(e["answers"]) for e in batch]
     cands = list(dict.fromkeys(pos + [t for e in batch for t in e["near"]]))
     at = {t: i for i, t in enumerate(cands)}
@@ -394,7 +398,14 @@ def step_loss(model, cache, batch: list[dict], rng: random.Random, temperature: 
                 other[r, at[a]] = True
     logits = logits.masked_fill(other, float("-inf"))
     target = torch.tensor([at[p] for p in pos])
-    return torch.nn.functional.cross_entropy(logits, target)
+    loss = torch.nn.functional.cross_entropy(logits, target)
+    if not symmetric:
+        return loss
+    # column view: the positive item of message r against every message of the batch; a
+    # message that this item also answers is masked out
+    same = torch.tensor([[pos[r] in batch[c]["answers"] and c != r for c in range(len(batch))] for r in range(len(batch))])
+    cols = (qv @ cv[target].T / temperature).T.masked_fill(same, float("-inf"))
+    return (loss + torch.nn.functional.cross_entropy(cols, torch.arange(len(batch)))) / 2
 
 
 def export(model: E5Encoder, k: int, path: Path) -> None:
@@ -452,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="learning rate of the weight matrices (default 4e-4: QAT needs updates that cross Q4_0 steps)")
     ap.add_argument("--genre-weight", type=float, default=d.genre_weight,
                     help="weight of the genre + topic loss on the message embedding (multi-task; 0 turns it off)")
+    ap.add_argument("--symmetric", action=argparse.BooleanOptionalAction, default=d.symmetric,
+                    help="add the item-to-message direction to the InfoNCE loss (default on)")
     ap.add_argument("--genre-batch", type=int, default=d.genre_batch, help="genre messages per step")
     ap.add_argument("--genre-files", default=d.genre_files,
                     help="which batches of data/genre/ to read, comma-separated (default 1,2,3)")
@@ -469,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = Config(args.train_layers, args.max_tokens, args.batch, args.lr, args.temperature, args.epochs, args.seed,
                  args.fold, args.folds, args.qat, args.lr_matrices, args.genre_weight, args.genre_batch,
-                 args.genre_files)
+                 args.genre_files, args.symmetric)
     t_start = time.perf_counter()
 
     set_threads(args.threads)
@@ -550,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         t_epoch = time.perf_counter()
         while state["pos"] < len(order):
             batch = [examples[i] for i in order[state["pos"] : state["pos"] + cfg.batch]]
-            loss = step_loss(model, cache, batch, rng, cfg.temperature)
+            loss = step_loss(model, cache, batch, rng, cfg.temperature, cfg.symmetric)
             if cfg.genre_weight > 0:
                 pick = random.Random(cfg.seed * 104729 + state["steps"]).sample(range(len(genre_train)), cfg.genre_batch)
                 g_loss = genre_loss(model, cache, head, [genre_train[i] for i in pick])

