@@ -168,7 +168,7 @@ class NoteStore:
         """
         from .revision import RevisionError, Supersede, apply_ops, commit
         from .secrets import mask
-        from .supersession import link_superseded
+        from .supersession import link_superseded, min_cosine
 
         self.warnings = []
         with self.lock():
@@ -211,7 +211,8 @@ class NoteStore:
             atomic_write(self.markdown.resolve(), text)
             notes = existing + added
             if link_supersession:
-                linked = link_superseded(notes, vectors, new_ids={n.id for n in added})
+                linked = link_superseded(notes, vectors, new_ids={n.id for n in added},
+                                         cosine=min_cosine(self.encoder.name))
                 ops = [Supersede(n.id, n.superseded_by) for n, old in zip(linked, notes)
                        if n.superseded_by and not old.superseded_by]
                 if ops:

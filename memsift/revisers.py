@@ -28,6 +28,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .revision import Op, Revision, parse_ops, propose, revise, snapshot
+from .supersession import min_cosine
 
 log = logging.getLogger("memsift")
 
@@ -68,8 +69,8 @@ class LLMReviser:
     name: str
     complete: Callable[[str], str]
 
-    def propose(self, text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[Op]:
-        """The model's operations for `text`. Raises `RevisionError` for a reply that is not a
+    def propose(self, text: str, vectors: Mapping[str, np.ndarray] | None = None, cosine: float | None = None) -> list[Op]:
+        """The model's operations for `text` (`vectors` and `cosine` are the embedded reviser's). Raises `RevisionError` for a reply that is not a
         list of operations, and whatever `complete` raises."""
         from .secrets import mask
 
@@ -82,8 +83,8 @@ class EmbeddedReviser:
 
     name: str = "embedded"
 
-    def propose(self, text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[Op]:
-        return propose(text, vectors)
+    def propose(self, text: str, vectors: Mapping[str, np.ndarray] | None = None, cosine: float | None = None) -> list[Op]:
+        return propose(text, vectors) if cosine is None else propose(text, vectors, cosine)
 
 
 def claude_cli(binary: str) -> Callable[[str], str]:
@@ -168,7 +169,7 @@ def revise_notes(store, reviser: EmbeddedReviser | LLMReviser | None = None, *, 
     text, sha = snapshot(store)
     vectors = store.vectors_by_id()
     try:
-        ops = reviser.propose(text, vectors)
+        ops = reviser.propose(text, vectors, min_cosine(store.encoder.name))
         result = None if dry_run else revise(store, ops, backend=reviser.name, expected_sha=sha)
         return ops, result
     except Exception as exc:

@@ -37,7 +37,7 @@ from typing import ClassVar, ContextManager, Protocol
 import numpy as np
 
 from .notefile import Note, NotesFile, NotesFormatError, atomic_write, decode, keep_serials, parse_markdown, text_hash
-from .supersession import EVENT_KINDS, link_superseded
+from .supersession import EVENT_KINDS, MIN_COSINE, link_superseded
 
 log = logging.getLogger("memsift")
 
@@ -552,7 +552,7 @@ def commit(
     return rev
 
 
-def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[Op]:
+def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None, cosine: float = MIN_COSINE) -> list[Op]:
     """The embedded reviser: ops that tidy the notes file `text` (as from `snapshot`).
 
     It deletes only repeats: a captured note whose text is, up to case and spacing, that of
@@ -563,6 +563,8 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
     becomes a `Supersede`: a newer note that says something changed supersedes the older
     one whose subject it restates (`shown=False`: the links `notes add` makes from a value
     changed, which it prints, are never made here). Running it again on the result proposes nothing.
+    `cosine`: the least cosine of a link on the scale of the encoder of `vectors`
+    (`supersession.min_cosine`).
 
     :raises RevisionError: `text` does not parse.
     """
@@ -609,6 +611,6 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None) -> list[
     rest = [n for n in active if n.id not in twin and n.id in unit]
     if len(rest) >= 2:
         linked = link_superseded(rest, {text_hash(n.text): unit[n.id] for n in rest}, new_ids={n.id for n in rest},
-                                 shown=False)  # nobody sees these links made: only the surest
+                                 shown=False, cosine=cosine)  # nobody sees these links made: only the surest
         ops += [Supersede(n.id, n.superseded_by) for n in linked if n.superseded_by]
     return ops

