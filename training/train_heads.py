@@ -188,8 +188,8 @@ class CrossFit:
     held it out, so the heads learn from cosines and genre vectors like those of the text a
     user writes, which the shipped encoder never saw. (Fitted on the shipped encoder's own
     training texts instead, the heads learn its inflated in-sample cosines: on the dev
-    conversations that doubled the pastes for nothing, 6 -> 14 of 187.) A genre file of a
-    batch no fold model read is unseen by all, and embedded by the first."""
+    conversations that doubled the pastes for nothing, 6 -> 14 of 187.) A genre file no fold
+    model's run read is unseen by all, and embedded by the first."""
 
     def __init__(self, results: list[Path], name: str) -> None:
         from memsift.classifiers.encoders import E5Encoder
@@ -197,8 +197,8 @@ class CrossFit:
         self.folds = []
         for path in results:
             r = json.loads(path.read_text(encoding="utf-8"))
-            batches = {int(b) for b in r["config"]["genre_files"].split(",")}
-            self.folds.append((E5Encoder(r["export"], name), set(r["held_out"]), set(r["genre_held_out"]), batches))
+            read = set(r["genre_files_read"])  # the genre files this fold model's run read
+            self.folds.append((E5Encoder(r["export"], name), set(r["held_out"]), set(r["genre_held_out"]), read))
             print(f"crossfit: {r['export']} holds out {len(r['held_out'])} projects, {len(r['genre_held_out'])} genre files")
 
     def for_project(self, project: str):
@@ -214,7 +214,7 @@ class CrossFit:
         for enc, _, held, _ in self.folds:
             if key in held:
                 return enc
-        if all(int(batch or 1) not in batches for *_, batches in self.folds):
+        if all(key not in read for *_, read in self.folds):  # written after the fold models: unseen by all
             return self.folds[0][0]
         raise ValueError(f"genre file {stem} is held out by no fold model")
 
