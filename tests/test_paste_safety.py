@@ -50,7 +50,10 @@ def hook_context(prompt, cwd, **kw) -> str:
 
 
 @pytest.fixture
-def hostile_project(tmp_path):
+def hostile_project(tmp_path, monkeypatch):
+    # what is tested is how a pasted note is framed; which note a model judges to answer is
+    # the eval's concern, and these questions were written against the bundled e5-small
+    monkeypatch.setenv("MEMSIFT_ENCODER", "e5-small-q4")
     folder = tmp_path / "shop"
     (folder / ".git").mkdir(parents=True)
     for i, (_, text, _) in enumerate(HOSTILE):
