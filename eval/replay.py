@@ -176,7 +176,7 @@ def replay_turns(conv: Conversation, recaller, name: str, use_ledger: bool = Tru
     lines, previous = [], []
     for turn in tqdm(conv.turns, desc=f"{conv.id} {name}", disable=not progress, leave=False):
         result = recaller.recall(turn.user, previous, ledger.pasted(conv.id) if use_ledger else set())
-        ledger.record(conv.id, [i.id for i in result.items])
+        ledger.claim(conv.id, [i.id for i in result.items])
         lines.append({
             "conversation": conv.id, "n": turn.n, "genre": result.genre,
             "injected": result.item_chars(), "chars": len(result.text), "ms": round(result.ms, 1),

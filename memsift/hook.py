@@ -9,8 +9,9 @@ nothing, or `{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
 bad input, an empty prompt, a missing model, any exception. The reason goes to
 `<memsift home>/logs/hook.log`.
 
-stdin is read as bytes and decoded as UTF-8 (never the locale's code page), and stdout is
-written as ASCII-escaped JSON bytes, so no console encoding can break either side.
+stdin is read as bytes and decoded as UTF-8 (never the locale's code page; a byte order
+mark switches to UTF-16 or UTF-32, `decode_stdin`), and stdout is written as ASCII-escaped
+JSON bytes, so no console encoding can break either side.
 """
 
 from __future__ import annotations
@@ -46,11 +47,24 @@ def setup_logging(home: Path, name: str = "hook.log") -> None:
     log.propagate = False
 
 
+def decode_stdin(raw: bytes) -> str:
+    """The hook's stdin as text: UTF-8, or UTF-16 / UTF-32 when a byte order mark says so;
+    a UTF-8 BOM is dropped (Codex on Windows and some shells write one before the JSON).
+    Bytes that do not decode are replaced, never raised on."""
+    import codecs
+
+    for bom, codec in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                       (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if raw.startswith(bom):  # UTF-32 LE first: its BOM starts with UTF-16 LE's
+            return raw.decode(codec, errors="replace")
+    return raw.decode("utf-8", errors="replace")
+
+
 def parse_input(raw: bytes, required: tuple[str, ...] = ("prompt", "cwd")) -> dict[str, Any]:
     """The hook payload as a dict, with the `required` string fields. Raises
     `HookInputError` with the reason."""
     try:
-        payload = json.loads(raw.decode("utf-8", errors="replace"))
+        payload = json.loads(decode_stdin(raw))
     except ValueError as exc:
         raise HookInputError(f"stdin is not JSON ({exc}); {len(raw)} bytes") from None
     if not isinstance(payload, dict):
@@ -135,9 +149,14 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
         result = Recaller(model, model.encoder, notes, backend, settings).recall(prompt, previous, seen)
         if result.items and ledger is not None:
             try:
-                ledger.record(scope, [i.id for i in result.items])
+                won = ledger.claim(scope, [i.id for i in result.items])
             except sqlite3.Error as exc:
                 log.warning("could not record pasted ids in the ledger: %s", exc)
+                won = [i.id for i in result.items]
+            if len(won) < len(result.items):  # a twin of this hook (fired twice for one prompt) pastes them
+                log.info("session %s: %s claimed by a concurrent hook of this session, left out",
+                         session, [i.id for i in result.items if i.id not in won])
+                result = result.only(won, settings.max_chars)
         notices = breakers.take_notices(session) if breakers is not None else []
     finally:
         if ledger is not None:

@@ -67,6 +67,13 @@ class Recall:
     trace: list[dict[str, Any]] = field(default_factory=list)
     ms: float = 0.0
 
+    def only(self, ids: list[str], max_chars: int) -> Recall:
+        """This recall with only the items of `ids` pasted (the text rendered again, at most
+        `max_chars`): nothing when none is left."""
+        kept = [i for i in self.items if i.id in set(ids)]
+        text, pasted = render(kept, max_chars)
+        return Recall(self.genre, pasted, text, self.trace, self.ms)
+
     def item_chars(self) -> list[dict[str, Any]]:
         """`[{"id", "chars"}]` as FORMAT.md's replay lines give them."""
         return [{"id": i.id, "chars": len(i.text)} for i in self.items]

@@ -134,3 +134,40 @@ def test_prompt_text_and_credentials_never_reach_the_log(project, memsift_home):
     assert done.returncode == 0
     log = log_text(memsift_home)
     assert secret not in log and "deploy failed" not in log
+
+
+@pytest.mark.parametrize("encode", [
+    lambda b: b"\xef\xbb\xbf" + b,                    # UTF-8 with a BOM: Codex on Windows, some shells
+    lambda b: b.decode().encode("utf-16"),            # UTF-16 with its BOM (PowerShell's default)
+    lambda b: b"\xfe\xff" + b.decode().encode("utf-16-be"),
+    lambda b: b.decode().encode("utf-32"),
+], ids=["utf-8-bom", "utf-16-le-bom", "utf-16-be-bom", "utf-32-bom"])
+def test_stdin_with_a_byte_order_mark_gets_its_recall(project, encode):
+    done = hook(encode(payload(ASK, project)))
+    assert done.returncode == 0 and b"N001" in done.stdout
+
+
+def test_capture_hooks_accept_a_bom_too(project, memsift_home):
+    done = run_memsift("hook", "session-end", stdin=b"\xef\xbb\xbf" + payload("", project))
+    assert done.returncode == 0
+    assert "not JSON" not in log_text(memsift_home)
+
+
+def test_the_same_prompt_hook_fired_twice_at_once_pastes_once(project):
+    """Hosts run a plugin's hook and a settings entry's copy of it side by side: the
+    ledger lets exactly one of the two paste, whichever claims the note first."""
+    import subprocess
+    import sys
+
+    for n in range(3):
+        stdin = payload(ASK, project, session_id=f"twin-{n}")
+        procs = [subprocess.Popen([sys.executable, "-m", "memsift", "hook", "user-prompt-submit"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        for p in procs:  # both are up (model loading) before either reads its payload
+            p.stdin.write(stdin)
+        for p in procs:
+            p.stdin.close()
+        outs = [p.stdout.read() for p in procs]
+        assert [p.wait(timeout=120) for p in procs] == [0, 0]
+        assert sorted(b"N001" in o for o in outs) == [False, True], outs
+        assert b"" in outs  # the other copy says nothing at all
