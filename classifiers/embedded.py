@@ -9,7 +9,8 @@ Question ids it answers (the id before the first `.` names the head):
   `date` and a `kind`), judged among the other items of that list (`shortlist_features`).
 
 `Request.local` may carry precomputed vectors so that nothing stored is embedded at query
-time: `query_vector` (d,), `note_vectors` / `passage_vectors` (n, d) aligned with the state's
+time: `query_vector` (d,) of the message, `query_vectors` ({text: (d,)}: the query vectors of
+any texts the questions embed, as a caller that batches them computed them), `note_vectors` / `passage_vectors` (n, d) aligned with the state's
 lists, and `note_background` / `passage_background` (the median cosine of the message over
 the whole tier) with `note_count` / `passage_count` (how many items that median is over).
 Missing vectors are computed; a missing background is the median of the request's items.
@@ -41,6 +42,8 @@ class EmbeddedChoiceModel:
     def decide(self, request: Request) -> dict[str, Answer]:
         state, local = request.state, request.local
         cache: dict[tuple[str, str], np.ndarray] = {}  # ("query", text) and (tier, "features"), for this request
+        for text, vector in local.get("query_vectors", {}).items():
+            cache["query", text] = vector
         if "query_vector" in local:
             cache["query", str(state["message"])] = local["query_vector"]
         answers: dict[str, Answer] = {}

@@ -3,11 +3,15 @@
 For one session's transcript (`capture`):
 
 1. stream the exchanges not captured yet (from the byte offset recorded per session in
-   `<memsift home>/capture.sqlite`, so capturing twice adds nothing);
+   `<memsift home>/capture.sqlite`, so capturing twice adds nothing), the last one
+   completed by the agent's last message when the Stop hook spooled it (`Spool`), in
+   batches of `BATCH_EXCHANGES`, never the whole file in memory;
 2. mask secrets in each (`memsift.secrets.mask`), before anything is judged or stored;
 3. the selector asks the decision model `keep_exchange` ("would keeping this spare redoing
-   work, and as what kind of note?") and keeps the exchanges it is sure of, at most
-   `MAX_NOTES_PER_SESSION` per session, surest first;
+   work, and as what kind of note?"), then `keep_topic` for those that pass, and keeps the
+   exchanges it is sure of, at most `MAX_NOTES_PER_SESSION` per session, surest first; once
+   a session has them, the rest is read but not judged, and a run stops judging at its
+   time limit (`capture_seconds`), the next one going on from there;
 4. each kept exchange becomes a short note (its answer's first sentences, `note_text`) in
    the project's notes, and a passage (`User: ... Assistant: ...`) in its passage store;
 5. the reviser (`memsift.revisers`: the embedded one unless another is configured) then
@@ -39,7 +43,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .transcript import Exchange, read_exchanges
+from .transcript import SENTENCE_BREAK, Exchange, read_exchanges
 
 log = logging.getLogger("memsift")
 
@@ -56,6 +60,13 @@ KEEP_NONE_P = 0.1
 #: conversations: with both gates, 6 of their 122 reactions, finished-work actions and
 #: complete instructions pass (0.5: 14), against 42 with the first gate alone at 0.2.
 TOPIC_NONE_P = 0.3
+#: Seconds a capture run judges exchanges at most (`capture_seconds`); past it, it stops
+#: after the batch under way, and the next run (the next Stop, the session-start sweep) goes
+#: on from there. A host gives a detached capture all the time it needs; the limit keeps a
+#: 100,000-line transcript from holding a core (and the session's lock) for many minutes.
+CAPTURE_SECONDS = 20.0
+#: Exchanges judged together (their texts embedded in one call), and read ahead at most.
+BATCH_EXCHANGES = 16
 #: Characters of a note and of a passage made from an exchange.
 NOTE_CHARS = 400
 PASSAGE_CHARS = 1500
@@ -64,7 +75,6 @@ SELECTOR_ANSWER_CHARS = 800
 
 _CODE_BLOCK = re.compile(r"```.*?(```|$)", re.DOTALL)
 _MARKUP = re.compile(r"^\s*(#+|[-*+]|\d+[.)])\s+|\*\*|__|`", re.MULTILINE)
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 
 
 @dataclass
@@ -101,6 +111,33 @@ _USER_DECIDES = re.compile(
     r"on a décidé|on part sur|on garde|désormais|jamais|toujours|wir nehmen|ab jetzt|nie|immer|"
     r"vamos a usar|decidimos|a partir de ahora|nunca|siempre)\b|决定|以后|不要再|一律", re.IGNORECASE)
 _USER_NOTE_CHARS = 300
+# Words that say a choice was made or a cause was found (stronger than `_SUBSTANCE`'s).
+_SETTLED = re.compile(
+    r"\b(?:we decided|decided to|decision|chose|we'll use|we will use|switched to|going with|must never|must not|"
+    r"root cause|fixed by|from now on|on a décidé|décidé|choisi|désormais|cause racine|entschieden|ab jetzt|"
+    r"ursache|decidimos|decidido|elegimos|causa raíz|a partir de ahora)\b|决定|改为|根本原因|根因|以后", re.IGNORECASE)
+
+
+def salience(sentence: str) -> float:
+    """How much a sentence of a long answer looks like what capture keeps (a choice and its
+    reason, a rule, a cause and its fix): 2 for a settled choice or a found cause
+    (`_SETTLED`), plus 1 per distinct cue of `_SUBSTANCE` (at most 3); 0 for none. Used to
+    keep the few sentences that matter of an answer too long to keep whole
+    (`transcript.read_exchanges`)."""
+    cues = {m.group(0).lower() for m in _SUBSTANCE.finditer(sentence)}
+    return (2.0 if _SETTLED.search(sentence) else 0.0) + min(len(cues), 3)
+
+
+def answer_view(exchange: Exchange, limit: int) -> str:
+    """The agent's answer in at most `limit` characters, as the selector and the note read
+    it: the plain answer, or, for an answer too long to keep whole, its start then the
+    sentences `salience` picked from the rest (`Exchange.salient`)."""
+    head = plain(exchange.assistant)
+    if not exchange.salient:
+        return head[:limit]
+    tail = " ".join(map(plain, exchange.salient))
+    lead = head[: max(limit // 4, limit - len(tail) - 3)]
+    return f"{lead} … {tail}"[:limit]
 
 
 def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
@@ -108,11 +145,13 @@ def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
 
     Extractive, since the embedded model cannot write: the answer's sentences without the
     ones that narrate the work ("Let me check..."), those that carry a reason, a rule or a
-    fix first (`_SUBSTANCE`), then the others in order; when the user's message states the
+    fix first (`salience`), then the others in order; of an answer too long to keep whole,
+    its start and the sentences picked from the rest (`Exchange.salient`); when the user's message states the
     decision itself ("let's go with X because Y") and is short, it leads the note; when the
     answer says nothing of its own ("Done."), the user's words are the note.
     """
-    sentences = [x.strip() for x in _SENTENCE.split(plain(exchange.assistant)) if x.strip()]
+    sentences = [x.strip() for x in SENTENCE_BREAK.split(plain(exchange.assistant)) if x.strip()]
+    sentences += [x for x in map(plain, exchange.salient) if x and x not in sentences]
     sentences = [x for x in sentences if not _NARRATION.match(x)]
     user = plain(exchange.user)
     lead = ""
@@ -120,7 +159,7 @@ def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
         lead, sentences = user, []
     elif len(user) <= _USER_NOTE_CHARS and _USER_DECIDES.search(user):
         lead = user
-    ranked = sorted(range(len(sentences)), key=lambda i: (not _SUBSTANCE.search(sentences[i]), i))
+    ranked = sorted(range(len(sentences)), key=lambda i: (-min(salience(sentences[i]), 2), i))
     room = limit - len(lead) - (3 if lead else 0)
     chosen: list[int] = []
     for i in ranked:
@@ -264,25 +303,47 @@ class CaptureState:
 def select(exchanges: list[Exchange], model, room: int) -> list[tuple[Exchange, str, float]]:
     """The exchanges worth a note, as `(exchange, kind, P(none))`, surest first, at most `room`.
 
-    Asks `keep_exchange` (its state: the user's message and the start of the answer, secrets
-    already masked) and `keep_topic` (the user's message) once per exchange, in one request;
-    both must pass (`KEEP_NONE_P`, `TOPIC_NONE_P`).
+    Two questions, as a cascade: `keep_exchange` (its state: the user's message and the
+    answer as `answer_view` gives it, secrets already masked) for every exchange, then
+    `keep_topic` (the user's message, or for an answer too long to keep whole, the
+    sentences picked from it, `Exchange.salient`) only for those that pass it; both must pass
+    (`KEEP_NONE_P`, `TOPIC_NONE_P`). With the embedded model the texts of each question are
+    embedded in one batch (`Request.local["query_vectors"]`).
     """
     from .classifiers import Request, load_question
 
-    if room <= 0:
+    if room <= 0 or not exchanges:
         return []
-    questions = {"keep_exchange": load_question("keep_exchange").question,
-                 "keep_topic": load_question("keep_topic").question}
-    chosen = []
-    for ex in exchanges:
-        state = {"exchange": f"{ex.user}\n{plain(ex.assistant)[:SELECTOR_ANSWER_CHARS]}", "message": ex.user}
-        answers = model.decide(Request(state, questions))
-        p_none = answers["keep_exchange"].p("none")
-        kinds = {k: v for k, v in answers["keep_exchange"].probabilities.items() if k != "none"}
-        if p_none < KEEP_NONE_P and answers["keep_topic"].p("none") < TOPIC_NONE_P and kinds:
-            chosen.append((ex, max(kinds, key=kinds.get), p_none))
+    keep = {"keep_exchange": load_question("keep_exchange").question}
+    topic = {"keep_topic": load_question("keep_topic").question}
+    states = [{"exchange": f"{ex.user}\n{answer_view(ex, SELECTOR_ANSWER_CHARS)}", "message": ex.user} for ex in exchanges]
+    vectors = _batch_vectors(model, [st["exchange"] for st in states])
+    passed = []
+    for ex, state in zip(exchanges, states):
+        answer = model.decide(Request(state, keep, local={"query_vectors": vectors}))["keep_exchange"]
+        kinds = {k: v for k, v in answer.probabilities.items() if k != "none"}
+        if answer.p("none") < KEEP_NONE_P and kinds:
+            passed.append((ex, state, max(kinds, key=kinds.get), answer.p("none")))
+    # the topic of the user's message, or, for an answer too long to keep whole, of the
+    # sentences picked from it (a decision stated in a report the user only asked for)
+    asked = [(ex, kind, p_none, [state["message"]] + ([" ".join(ex.salient)] if ex.salient else []))
+             for ex, state, kind, p_none in passed]
+    vectors = _batch_vectors(model, [m for *_, messages in asked for m in messages])
+    chosen = [(ex, kind, p_none) for ex, kind, p_none, messages in asked
+              if any(model.decide(Request({"message": m}, topic, local={"query_vectors": vectors}))["keep_topic"].p("none")
+                     < TOPIC_NONE_P for m in messages)]
     return sorted(chosen, key=lambda c: c[2])[:room]
+
+
+def _batch_vectors(model, texts: list[str]) -> dict:
+    """`{text: query vector}` for `texts` in one encoder call, when `model` is the embedded
+    model (which reads them); `{}` for any other."""
+    from .classifiers.embedded import EmbeddedChoiceModel
+
+    if not texts or not isinstance(model, EmbeddedChoiceModel):
+        return {}
+    unique = list(dict.fromkeys(texts))
+    return dict(zip(unique, model.encoder.query(unique)))
 
 
 def capture(
@@ -340,38 +401,165 @@ def _capture_locked(path: Path, session: str, cwd: str, *, final: bool, home: Pa
                         session, path, size, offset)
             offset = 0
         result.offset = offset
-        exchanges = []
-        for ex in read_exchanges(path, offset, final=final):
-            exchanges.append(replace(ex, user=mask(ex.user).text, assistant=mask(ex.assistant).text))
-        result.exchanges = len(exchanges)
-        if not exchanges:
+        spool = Spool(home, session)
+        last_answer = spool.read()
+        room = MAX_NOTES_PER_SESSION - kept_before
+        seconds = capture_seconds()
+        deadline = time.monotonic() + seconds
+        chosen: list[tuple[Exchange, str, float]] = []
+        end = offset
+        stopped = None  # why the exchanges after `end` wait for the next capture
+        for batch in _batches(read_exchanges(path, offset, final=final, last_answer=last_answer, salience=salience)):
+            result.exchanges += len(batch)
+            end = batch[-1].end
+            if len(chosen) >= room:  # the session has its notes: the rest is read, not judged
+                continue
+            if model is None:  # the configured model, as on the prompt path, loaded only when needed
+                from .classifiers.remote import load_model
+
+                model = load_model(home, strict=False)
+            masked = [replace(ex, user=mask(ex.user).text, assistant=mask(ex.assistant).text,
+                              salient=tuple(mask(x).text for x in ex.salient)) for ex in batch]
+            chosen = sorted(chosen + select(masked, model, room - len(chosen)), key=lambda c: c[2])
+            if len(chosen) >= room:
+                log.info("capture %s: the session reached its %d notes; later exchanges are not considered",
+                         session, MAX_NOTES_PER_SESSION)
+            elif time.monotonic() > deadline:
+                stopped = f"the {seconds:g} s time limit"
+                break
+        if not result.exchanges:
             result.skipped = "no complete exchange since the last capture"
             if final and size > offset:
                 log.warning("capture %s: zero exchanges in %d new bytes of %s (format changed?)",
                             session, size - offset, path)
             state.put(session, str(path), str(root), offset, 0, kept_before)  # known to later sweeps
+            spool.done()  # no exchange is open for it: the one it answered was captured already
             log.info("capture %s: nothing new in %s (offset %d of %d bytes)", session, path, offset, size)
             return result
-        if model is None:  # the configured model, as on the prompt path
-            from .classifiers.remote import load_model
-
-            model = load_model(home, strict=False)
-        chosen = select(exchanges, model, MAX_NOTES_PER_SESSION - kept_before)
-        if kept_before + len(chosen) >= MAX_NOTES_PER_SESSION:
-            log.info("capture %s: the session reached its %d notes; later exchanges are not considered",
-                     session, MAX_NOTES_PER_SESSION)
-        unit = PendingCapture(session, str(path), str(root), str(folder), root.name, offset, exchanges[-1].end,
-                              len(exchanges), kept_before, _plan(chosen, folder, root.name, session, today))
+        unit = PendingCapture(session, str(path), str(root), str(folder), root.name, offset, end,
+                              result.exchanges, kept_before, _plan(chosen, folder, root.name, session, today))
         if unit.notes:
             state.begin(unit)
             result.kept = _finish(state, unit, home, getattr(model, "encoder", None))
         else:
             state.finish(unit, kept_before)
         result.offset = unit.end
+        if stopped:
+            result.skipped = f"stopped at {stopped}; the next capture goes on from offset {unit.end}"
+            log.info("capture %s: stopped at %s after %d exchanges; the next capture resumes at offset %d",
+                     session, stopped, result.exchanges, unit.end)
+        else:
+            spool.done()  # the last answer is in: the exchange it completed is captured
     finally:
         state.close()
     log.info("capture %s: %d exchanges read, kept %s, offset %d", session, result.exchanges, result.kept, result.offset)
     return result
+
+
+def capture_seconds() -> float:
+    """The time limit of a capture run in seconds: `MEMSIFT_CAPTURE_SECONDS` (`[capture]
+    seconds` in config.toml), else `CAPTURE_SECONDS`; a value that is not a positive number
+    is logged and ignored."""
+    from .config import environment
+
+    raw = environment().get("MEMSIFT_CAPTURE_SECONDS", "").strip()
+    if raw:
+        try:
+            if float(raw) > 0:
+                return float(raw)
+        except ValueError:
+            pass
+        log.warning("MEMSIFT_CAPTURE_SECONDS=%r is not a positive number: using %g s", raw[:40], CAPTURE_SECONDS)
+    return CAPTURE_SECONDS
+
+
+def _batches(exchanges, size: int = BATCH_EXCHANGES):
+    """`exchanges` (an iterator) in lists of `size`, the last one shorter."""
+    batch: list[Exchange] = []
+    for ex in exchanges:
+        batch.append(ex)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class Spool:
+    """The agent's last message of a session as the host's `Stop` payload gave it
+    (`last_assistant_message`), kept for the capture that runs next.
+
+    Claude Code writes that message to the transcript after its Stop hooks ran (hosts.md,
+    B2), so the Stop hook spools it (`write`) and capture completes the session's last
+    exchange with it (`transcript.read_exchanges`, `last_answer`). Files are
+    `<home>/spool/<session>-<sha256 prefix>.txt` (folder 0700, files 0600, written
+    atomically); `read` takes the newest, `done` removes it and older ones once the exchange
+    is captured, never a newer one a later Stop wrote meanwhile. At most `MAX_CHARS`
+    characters are kept.
+    """
+
+    MAX_CHARS = 4 * 1024 * 1024
+
+    def __init__(self, home: Path, session: str) -> None:
+        self.folder = home / "spool"
+        self.prefix = re.sub(r"[^\w.-]", "_", session)[:100] + "-"
+        self._read: Path | None = None
+
+    def _files(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.folder.glob(f"{glob_escape(self.prefix)}{'[0-9a-f]' * 16}.txt"):
+            try:
+                found.append((path.stat().st_mtime_ns, path))
+            except OSError:
+                continue  # removed meanwhile
+        return sorted(found)
+
+    def write(self, text: str) -> Path:
+        """Spool `text` (cut to `MAX_CHARS`); the file written. Raises `OSError`."""
+        import hashlib
+        import os
+        import tempfile
+
+        data = text[: self.MAX_CHARS].encode("utf-8", "replace")
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self.folder / f"{self.prefix}{hashlib.sha256(data).hexdigest()[:16]}.txt"
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")  # 0600
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def read(self) -> str | None:
+        """The newest spooled message, or None."""
+        for _, path in reversed(self._files()):
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            self._read = path
+            return text
+        return None
+
+    def done(self) -> None:
+        """Remove the message `read` returned and any older one (never one written since)."""
+        if self._read is None:
+            return
+        try:
+            newest = self._read.stat().st_mtime_ns
+        except OSError:
+            return
+        for mtime, path in self._files():
+            if mtime <= newest:
+                path.unlink(missing_ok=True)
+
+
+def glob_escape(text: str) -> str:
+    """`text` with the characters `Path.glob` reads as patterns bracketed."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def finish_pending(session: str, *, home: Path, model=None) -> CaptureResult | None:

@@ -194,14 +194,24 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
 CAPTURE_EVENTS = {"stop": False, "pre-compact": True, "session-end": True, "session-start": True}
 
 
-def start_capture(payload: dict[str, Any], event: str) -> list[str] | None:
+def start_capture(payload: dict[str, Any], event: str, home: Path) -> list[str] | None:
     """Hand the capture to a detached process and return at once (SessionEnd gives all its
     hooks 1.5 s); the command started, or None when there is nothing to capture.
 
     `session-start` sweeps the project's other sessions instead, since `SessionEnd` often
-    does not fire.
+    does not fire. At `stop`, the agent's last message from the payload
+    (`last_assistant_message`, which the transcript may not hold yet) is spooled for the
+    capture first (`capture.Spool`).
     """
     session = str(payload.get("session_id") or "")
+    last = payload.get("last_assistant_message")
+    if event == "stop" and session and isinstance(last, str) and last.strip():
+        from .capture import Spool
+
+        try:
+            Spool(home, session).write(last)
+        except OSError as exc:  # the transcript will hold it; the capture goes on
+            log.warning("stop: could not spool the last message (%s)", exc)
     transcript = payload["transcript_path"]
     where = payload["cwd"]
     if not Path(where).is_dir():  # deleted since the session started: the transcript still names the project
@@ -253,7 +263,7 @@ def run(event: str, stdin: bytes | None = None) -> int:
     try:
         raw = sys.stdin.buffer.read() if stdin is None else stdin
         if event in CAPTURE_EVENTS:
-            command = start_capture(parse_input(raw, ("cwd",)), event)
+            command = start_capture(parse_input(raw, ("cwd",)), event, home)
             if command:
                 log.info("hook %s: started %s", event, " ".join(command[2:]))
             context = None

@@ -18,13 +18,14 @@ Claude Code writes `~/.claude/projects/<project>/<session>.jsonl`; Codex writes 
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 TAIL_BYTES = 512 * 1024
 _WRAPPER = re.compile(r"<(system-reminder|command-name|local-command-stdout)>.*?</\1>", re.DOTALL)
@@ -165,6 +166,12 @@ def read_transcript(path: str | Path, max_turns: int) -> tuple[list[Turn], set[s
 MAX_LINE_BYTES = 4 * 1024 * 1024
 #: Characters kept of each side of an exchange.
 MAX_EXCHANGE_CHARS = 6000
+#: Sentences kept from the part of a long answer past `MAX_EXCHANGE_CHARS`, and the length
+#: past which a "sentence" (a table row, a log line) is not one (`Exchange.salient`).
+SALIENT_SENTENCES = 6
+SALIENT_SENTENCE_CHARS = 400
+#: Where a text splits into sentences: after `.!?;` and a space, after CJK stops, at newlines.
+SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,57 @@ class Exchange:
     start: int
     end: int
     date: str = ""  # YYYY-MM-DD of the user's message, when the transcript says
+    #: From an answer longer than `MAX_EXCHANGE_CHARS`: the sentences past that point that
+    #: the reader's `salience` scored highest, in their order (a decision at the end of a
+    #: pasted report is not lost with the cut).
+    salient: tuple[str, ...] = ()
+
+
+class _Answer:
+    """An answer read part by part in bounded memory: its first `MAX_EXCHANGE_CHARS`, and
+    of the rest the `SALIENT_SENTENCES` sentences `salience` scores highest (above 0; the
+    earliest first among equals). Parts seen already (one message over several lines) are
+    added once."""
+
+    def __init__(self, salience: Callable[[str], float] | None) -> None:
+        self.salience = salience
+        self.head: list[str] = []
+        self.size = 0
+        self.top: list[tuple[float, int, str]] = []  # a min-heap of (score, -position, sentence)
+        self.count = 0
+        self.seen: set[tuple] = set()
+
+    def add(self, text: str, key: tuple | None = None) -> None:
+        if key is not None:
+            if key in self.seen:
+                return
+            self.seen.add(key)
+        room = MAX_EXCHANGE_CHARS - self.size
+        if room > 0:
+            self.head.append(text[:room])
+            self.size += min(len(text), room) + 1
+            text = text[room:]
+        if not text or self.salience is None:
+            return
+        for sentence in SENTENCE_BREAK.split(text):
+            sentence = sentence.strip()
+            if not sentence or len(sentence) > SALIENT_SENTENCE_CHARS:
+                continue
+            self.count += 1
+            score = self.salience(sentence)
+            if score <= 0:
+                continue
+            entry = (score, -self.count, sentence)
+            if len(self.top) < SALIENT_SENTENCES:
+                heapq.heappush(self.top, entry)
+            elif entry > self.top[0]:
+                heapq.heapreplace(self.top, entry)
+
+    def text(self) -> str:
+        return "\n".join(self.head)[:MAX_EXCHANGE_CHARS]
+
+    def salient(self) -> tuple[str, ...]:
+        return tuple(s for _, _, s in sorted(self.top, key=lambda e: -e[1]))
 
 
 def _lines(fh, offset: int) -> Iterator[tuple[int, int, bytes | None]]:
@@ -235,24 +293,39 @@ def _message(entry: dict) -> tuple[str, str] | None:
     return None
 
 
-def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) -> Iterator[Exchange]:
+def read_exchanges(
+    path: str | Path,
+    offset: int = 0,
+    *,
+    final: bool = False,
+    last_answer: str | None = None,
+    salience: Callable[[str], float] | None = None,
+) -> Iterator[Exchange]:
     """Stream the exchanges of a Claude Code transcript or a Codex rollout from `offset`.
 
     An exchange is complete when the next user message starts; with `final` (the session
     ended or is compacting) the last one is complete too, unless the file ends in a line
-    still being written. Only complete exchanges are
-    yielded, so `exchange.end` of the last one is where the next capture resumes. Memory
-    stays bounded whatever the file's size: lines are read one at a time, oversized lines
-    are skipped, and each side of an exchange keeps `MAX_EXCHANGE_CHARS`.
+    still being written. `last_answer` is the agent's last message as the host's `Stop`
+    payload gives it (`last_assistant_message`): the turn is over, so the last exchange is
+    complete with it, whether or not the file holds it yet (Claude Code writes it after the
+    hook; hosts.md, B2). It is added unless the file's last answer part is the same text;
+    when the file catches up, those lines come before the next user message, past this
+    exchange's `end`, and are skipped. Only complete exchanges are yielded, so
+    `exchange.end` of the last one is where the next capture resumes.
+
+    Memory stays bounded whatever the file's size: lines are read one at a time, oversized
+    lines are skipped, each side of an exchange keeps `MAX_EXCHANGE_CHARS`, and of a longer
+    answer `salience` (a sentence's score; None: nothing) picks the sentences to keep
+    (`Exchange.salient`).
 
     Raises `OSError` if the file cannot be opened or is not a regular file (`open_regular`).
     """
     with open_regular(path) as fh:
         user: str | None = None
-        answer: list[str] = []
+        answer = _Answer(salience)
         start = end = last = offset
         date = ""
-        seen: set[tuple] = set()
+        last_part = None  # the text of the open exchange's last answer part
         for line_start, line_end, line in _lines(fh, offset):
             last = line_end
             entry = _json_object(line) if line is not None else None
@@ -264,22 +337,25 @@ def read_exchanges(path: str | Path, offset: int = 0, *, final: bool = False) ->
             role, text = found
             if role == "user":
                 if user is not None:
-                    yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, line_start, date)
-                user, answer, start, end = text[:MAX_EXCHANGE_CHARS], [], line_start, line_end
-                seen = set()  # "Done." may well answer two exchanges
+                    yield Exchange(user, answer.text(), start, line_start, date, answer.salient())
+                # a new answer: "Done." may well answer two exchanges
+                user, answer, start, end, last_part = text[:MAX_EXCHANGE_CHARS], _Answer(salience), line_start, line_end, None
                 stamp = entry.get("timestamp")
                 date = stamp[:10] if isinstance(stamp, str) and re.match(r"\d{4}-\d{2}-\d{2}", stamp) else ""
             elif user is not None:
                 message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
-                key = (message.get("id"), entry.get("uuid"), text)
-                if key not in seen:
-                    seen.add(key)
-                    if sum(map(len, answer)) < MAX_EXCHANGE_CHARS:
-                        answer.append(text)
+                answer.add(text, (message.get("id"), entry.get("uuid"), text))
+                last_part = text
                 end = line_end
+        if user is None:
+            return
+        if last_answer and last_answer.strip():
+            if (last_part or "").strip() != last_answer.strip():
+                answer.add(last_answer.strip())
+            yield Exchange(user, answer.text(), start, max(end, last), date, answer.salient())
         # a last line still being written may hold the end of the answer: wait for it
-        if final and user is not None and last == os.fstat(fh.fileno()).st_size:
-            yield Exchange(user, "\n".join(answer)[:MAX_EXCHANGE_CHARS], start, end, date)
+        elif final and last == os.fstat(fh.fileno()).st_size:
+            yield Exchange(user, answer.text(), start, end, date, answer.salient())
 
 
 #: Lines `session_cwd` reads at most from the start of a transcript.
