@@ -70,8 +70,14 @@ BATCH_EXCHANGES = 16
 #: Characters of a note and of a passage made from an exchange.
 NOTE_CHARS = 400
 PASSAGE_CHARS = 1500
-#: Characters of the agent's answer the selector reads (its head was trained on summaries).
-SELECTOR_ANSWER_CHARS = 800
+#: Characters of the agent's answer the selector reads (`answer_view`). Its head was trained
+#: on summaries of at most 305 characters (`training/data/exchanges/`, median 112), so a
+#: longer answer is read as its sentences that matter, picked to fit; fewer tokens also make
+#: the encoder's pass, capture's main cost, shorter (800 before: 17 s for 80 exchanges).
+SELECTOR_ANSWER_CHARS = 320
+#: Characters of the user's message the selector reads with the answer (the training
+#: exchanges' messages are at most 185; a pasted log gains nothing beyond).
+SELECTOR_USER_CHARS = 400
 
 _CODE_BLOCK = re.compile(r"```.*?(```|$)", re.DOTALL)
 _MARKUP = re.compile(r"^\s*(#+|[-*+]|\d+[.)])\s+|\*\*|__|`", re.MULTILINE)
@@ -128,16 +134,39 @@ def salience(sentence: str) -> float:
     return (2.0 if _SETTLED.search(sentence) else 0.0) + min(len(cues), 3)
 
 
-def answer_view(exchange: Exchange, limit: int) -> str:
-    """The agent's answer in at most `limit` characters, as the selector and the note read
-    it: the plain answer, or, for an answer too long to keep whole, its start then the
-    sentences `salience` picked from the rest (`Exchange.salient`)."""
-    head = plain(exchange.assistant)
-    if not exchange.salient:
-        return head[:limit]
-    tail = " ".join(map(plain, exchange.salient))
-    lead = head[: max(limit // 4, limit - len(tail) - 3)]
-    return f"{lead} … {tail}"[:limit]
+def _sentences(exchange: Exchange) -> list[str]:
+    """The answer's sentences, plain, then those picked past the part kept of a long answer
+    (`Exchange.salient`), without the ones that narrate the work ("Let me check...")."""
+    sentences = [x.strip() for x in SENTENCE_BREAK.split(plain(exchange.assistant)) if x.strip()]
+    sentences += [x for x in map(plain, exchange.salient) if x and x not in sentences]
+    return [x for x in sentences if not _NARRATION.match(x)]
+
+
+def _pick(sentences: list[str], room: int, fill: float) -> str:
+    """Sentences in at most `room` characters, in their order: those `salience` scores
+    highest first (the earliest first among equals), until `fill` of `room` is used; the
+    first one always, cut if it must be."""
+    ranked = sorted(range(len(sentences)), key=lambda i: (-min(salience(sentences[i]), 2), i))
+    chosen: list[int] = []
+    used = 0
+    for i in ranked:
+        if used + len(sentences[i]) > room and chosen:
+            break
+        chosen.append(i)
+        used += len(sentences[i]) + 1
+        if used >= room * fill:
+            break
+    return " ".join(sentences[i] for i in sorted(chosen))
+
+
+def answer_view(exchange: Exchange, limit: int = SELECTOR_ANSWER_CHARS) -> str:
+    """The agent's answer in at most `limit` characters, as the selector reads it: the plain
+    answer when it fits, else the sentences that carry a choice, a rule or a fix first
+    (`salience`, `_pick`), from the whole answer however long (`Exchange.salient`)."""
+    text = plain(exchange.assistant)
+    if len(text) <= limit and not exchange.salient:
+        return text
+    return _pick(_sentences(exchange), limit, 1.0)[:limit]
 
 
 def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
@@ -145,30 +174,20 @@ def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
 
     Extractive, since the embedded model cannot write: the answer's sentences without the
     ones that narrate the work ("Let me check..."), those that carry a reason, a rule or a
-    fix first (`salience`), then the others in order; of an answer too long to keep whole,
-    its start and the sentences picked from the rest (`Exchange.salient`); when the user's message states the
-    decision itself ("let's go with X because Y") and is short, it leads the note; when the
-    answer says nothing of its own ("Done."), the user's words are the note.
+    fix first (`salience`), then the others in order, up to half of `limit` (`_pick`); of an
+    answer too long to keep whole, its sentences picked past the cut too
+    (`Exchange.salient`); when the user's message states the decision itself ("let's go
+    with X because Y") and is short, it leads the note; when the answer says nothing of its
+    own ("Done."), the user's words are the note.
     """
-    sentences = [x.strip() for x in SENTENCE_BREAK.split(plain(exchange.assistant)) if x.strip()]
-    sentences += [x for x in map(plain, exchange.salient) if x and x not in sentences]
-    sentences = [x for x in sentences if not _NARRATION.match(x)]
+    sentences = _sentences(exchange)
     user = plain(exchange.user)
     lead = ""
     if not sentences or sum(map(len, sentences)) < 40:
         lead, sentences = user, []
     elif len(user) <= _USER_NOTE_CHARS and _USER_DECIDES.search(user):
         lead = user
-    ranked = sorted(range(len(sentences)), key=lambda i: (-min(salience(sentences[i]), 2), i))
-    room = limit - len(lead) - (3 if lead else 0)
-    chosen: list[int] = []
-    for i in ranked:
-        if sum(len(sentences[j]) + 1 for j in chosen) + len(sentences[i]) > room and chosen:
-            break
-        chosen.append(i)
-        if sum(len(sentences[j]) + 1 for j in chosen) >= room // 2:
-            break
-    body = " ".join(sentences[i] for i in sorted(chosen))
+    body = _pick(sentences, limit - len(lead) - (3 if lead else 0), 0.5) if sentences else ""
     out = (f"{lead} — {body}" if lead and body else lead or body).rstrip(" ;:,")
     return out if len(out) <= limit else out[: limit - 1].rstrip() + "…"
 
@@ -316,7 +335,7 @@ def select(exchanges: list[Exchange], model, room: int) -> list[tuple[Exchange, 
         return []
     keep = {"keep_exchange": load_question("keep_exchange").question}
     topic = {"keep_topic": load_question("keep_topic").question}
-    states = [{"exchange": f"{ex.user}\n{answer_view(ex, SELECTOR_ANSWER_CHARS)}", "message": ex.user} for ex in exchanges]
+    states = [{"exchange": f"{ex.user[:SELECTOR_USER_CHARS]}\n{answer_view(ex)}", "message": ex.user} for ex in exchanges]
     vectors = _batch_vectors(model, [st["exchange"] for st in states])
     passed = []
     for ex, state in zip(exchanges, states):
