@@ -563,6 +563,18 @@ class Spool:
             return text
         return None
 
+    @classmethod
+    def prune(cls, home: Path, max_age_s: float) -> None:
+        """Remove spooled messages older than `max_age_s` seconds (a session whose capture
+        never ran again); errors are ignored."""
+        cutoff = time.time() - max_age_s
+        for path in (home / "spool").glob("*.txt"):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+            except OSError:
+                continue
+
     def done(self) -> None:
         """Remove the message `read` returned and any older one (never one written since)."""
         if self._read is None:
@@ -764,6 +776,9 @@ def _flush(home: Path) -> None:
 SWEEP_QUIET_S = 30 * 60
 #: Transcripts a sweep captures at most, newest first.
 SWEEP_MAX = 20
+#: A spooled last message this old is dropped by the sweep: its session's transcript holds
+#: it long since.
+SPOOL_MAX_AGE_S = 7 * 24 * 3600
 
 
 def _reindex(root: Path, home: Path, encoder) -> None:
@@ -848,6 +863,7 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
             _log_failure(f"sweep: capture of {session} ({path})", exc)
             record_failure(home, "capture", exc, session=session, project=root)
     _reindex(Path(root), home, getattr(model, "encoder", None))
+    Spool.prune(home, SPOOL_MAX_AGE_S)
     from .config import cognee_config
 
     config = cognee_config()

@@ -308,7 +308,7 @@ def read_exchanges(
     still being written. `last_answer` is the agent's last message as the host's `Stop`
     payload gives it (`last_assistant_message`): the turn is over, so the last exchange is
     complete with it, whether or not the file holds it yet (Claude Code writes it after the
-    hook; hosts.md, B2). It is added unless the file's last answer part is the same text;
+    hook; hosts.md, B2). It is added unless the file's answer holds it already;
     when the file catches up, those lines come before the next user message, past this
     exchange's `end`, and are skipped. Only complete exchanges are yielded, so
     `exchange.end` of the last one is where the next capture resumes.
@@ -349,9 +349,10 @@ def read_exchanges(
                 end = line_end
         if user is None:
             return
-        if last_answer and last_answer.strip():
-            if (last_part or "").strip() != last_answer.strip():
-                answer.add(last_answer.strip())
+        said = (last_answer or "").strip()
+        if said:
+            if (last_part or "").strip() != said and said[:500] not in answer.text():  # not in the file yet
+                answer.add(said)
             yield Exchange(user, answer.text(), start, max(end, last), date, answer.salient())
         # a last line still being written may hold the end of the answer: wait for it
         elif final and last == os.fstat(fh.fileno()).st_size:

@@ -190,3 +190,32 @@ def test_a_huge_transcript_is_captured_in_bounded_runs_that_resume(tmp_path, pro
     later, more = wait_for_capture(memsift_home, f"huge-{host}")
     assert later > offset and more > exchanges  # the next run went on from there
     assert notes_of(project, memsift_home) == []  # routine work: nothing worth a note
+
+
+def test_the_spool_keeps_what_a_later_stop_wrote(tmp_path):
+    from memsift.capture import Spool
+
+    first = Spool(tmp_path, "abc")
+    first.write("the first turn's last message")
+    Spool(tmp_path, "abc-def").write("another session's")  # a session id that extends this one's
+    assert first.read() == "the first turn's last message"
+    time.sleep(0.01)
+    Spool(tmp_path, "abc").write("the next turn's")  # a Stop while the capture of the first runs
+    first.done()
+    assert Spool(tmp_path, "abc").read() == "the next turn's"
+    assert Spool(tmp_path, "abc-def").read() == "another session's"
+    assert all(oct(p.stat().st_mode)[-3:] == "600" for p in (tmp_path / "spool").iterdir())
+
+
+def test_the_last_answer_is_added_once(tmp_path):
+    from memsift.transcript import read_exchanges
+
+    path = tmp_path / "s.jsonl"
+    lines, final = without_final_answer([DECISION])
+    write_jsonl(path, lines)
+    (ex,) = read_exchanges(path, last_answer=DECISION[1])
+    assert ex.assistant == DECISION[1] and ex.end == path.stat().st_size
+    write_jsonl(path, lines + [final])
+    (ex,) = read_exchanges(path, last_answer="  " + DECISION[1] + "\n")
+    assert ex.assistant == DECISION[1]
+    assert list(read_exchanges(path, ex.end, last_answer=DECISION[1])) == []  # the catch-up lines: nothing
