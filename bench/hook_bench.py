@@ -1,4 +1,5 @@
-"""Benchmark the UserPromptSubmit hook as a whole process, next to the in-process recall time.
+"""Benchmark the UserPromptSubmit hook as a whole process, cold (no server) and warm (the thin
+client of `memsift serve`), next to the in-process recall time.
 
 Usage: python bench/hook_bench.py [CONVERSATION.json] [--prompts 50]
 
@@ -6,8 +7,10 @@ A temporary MEMSIFT_HOME gets the conversation's notes and passages (through the
 write paths as memsift itself, in a child process so that this one stays small: a forked
 child's max RSS counts its parent's pages until it execs); then each of the first N user messages is fed to
 `python -m memsift hook user-prompt-submit` as Claude Code would (JSON on stdin), one new
-process per prompt, and timed from spawn to exit. Max RSS comes from `os.wait4`. The same
-prompts then run through `Recaller.recall` in one warm process.
+process per prompt, and timed from spawn to exit: first with no server (`MEMSIFT_SERVER=off`,
+each process loads the model), then with `memsift serve` started and answering (each process is
+the standard-library client), each in sessions of their own. Max RSS comes from `os.wait4`. The
+same prompts then run through `Recaller.recall` in one warm process.
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,6 +59,19 @@ def spawn(payload: bytes, env: dict) -> tuple[float, int, bytes]:
     return ms, usage.ru_maxrss, out
 
 
+def wait_for_server(home: Path, timeout: float = 60) -> None:
+    from memsift.client import ServerUnavailable, request
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            request({"op": "status"}, str(home))
+            return
+        except ServerUnavailable:
+            time.sleep(0.1)
+    raise SystemExit("memsift serve never answered")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("conversation", nargs="?", default=str(ROOT / "eval" / "conversations" / "en-saas-01.json"))
@@ -75,14 +89,24 @@ def main() -> None:
         os.environ["MEMSIFT_HOME"] = str(home)
         subprocess.run([sys.executable, __file__, args.conversation, "--seed-into", str(home), str(project)], check=True)
         env = {**os.environ, "MEMSIFT_HOME": str(home)}
-        walls, rss, pasted = [], [], 0
-        for i, prompt in enumerate(prompts):
-            payload = json.dumps({"session_id": f"bench-{i}", "transcript_path": "", "cwd": str(project),
-                                  "hook_event_name": "UserPromptSubmit", "prompt": prompt}).encode()
-            ms, kb, out = spawn(payload, env)
-            walls.append(ms)
-            rss.append(kb)
-            pasted += bool(out)
+        runs = {}
+        for label, server in (("cold (no server)", "off"), ("warm (memsift serve)", "on")):
+            mode = {**env, "MEMSIFT_SERVER": server}
+            if server == "on":  # start it and wait until it answers, as a SessionStart hook would have
+                subprocess.Popen([sys.executable, "-m", "memsift", "serve"], env=mode, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+                wait_for_server(home)
+            walls, rss, outs = [], [], []
+            for i, prompt in enumerate(prompts):
+                payload = json.dumps({"session_id": f"bench-{server}-{i}", "transcript_path": "", "cwd": str(project),
+                                      "hook_event_name": "UserPromptSubmit", "prompt": prompt}).encode()
+                ms, kb, out = spawn(payload, mode)
+                walls.append(ms)
+                rss.append(kb)
+                outs.append(out)
+            runs[label] = (walls, rss, outs)
+        subprocess.run([sys.executable, "-m", "memsift", "serve", "--stop"], env=env, stdout=subprocess.DEVNULL)
+        served = (home / "logs" / "hook.log").read_text(encoding="utf-8").count("(memsift serve)")
 
         from memsift.classifiers.embedded import EmbeddedChoiceModel
         from memsift.backends.sqlite import SQLiteBackend
@@ -97,9 +121,16 @@ def main() -> None:
         inproc = [recaller.recall(p).ms for p in prompts]
         backend.close()
 
-    w, r, q = np.array(walls), np.array(rss) / 1024, np.array(inproc)
-    print(f"hook process, {len(prompts)} prompts ({pasted} pasted): wall ms p50 {np.percentile(w, 50):.0f} "
-          f"p95 {np.percentile(w, 95):.0f} max {w.max():.0f}; max RSS MB p50 {np.percentile(r, 50):.0f} max {r.max():.0f}")
+    import numpy as np  # only now: a big parent would count in its children's max RSS (fork before exec)
+
+    for label, (walls, rss, outs) in runs.items():
+        w, r = np.array(walls), np.array(rss) / 1024
+        print(f"hook process, {label}, {len(prompts)} prompts ({sum(map(bool, outs))} pasted): wall ms "
+              f"p50 {np.percentile(w, 50):.0f} p95 {np.percentile(w, 95):.0f} max {w.max():.0f}; "
+              f"max RSS MB p50 {np.percentile(r, 50):.0f} max {r.max():.0f}")
+    same = runs["cold (no server)"][2] == runs["warm (memsift serve)"][2]
+    print(f"warm answers identical to cold: {same}; answered by the server: {served} of {len(prompts)}")
+    q = np.array(inproc)
     print(f"in-process recall (warm): ms p50 {np.percentile(q, 50):.1f} p95 {np.percentile(q, 95):.1f} max {q.max():.1f}")
 
 

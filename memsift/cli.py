@@ -1,5 +1,5 @@
 """The `memsift` command: `hook` (what the hosts run), `capture`, `eval`, `recall`, `notes`,
-`install` / `uninstall`, `status`, `log`, `why`, `pause` / `resume`, `doctor`, `sync`.
+`install` / `uninstall`, `status`, `log`, `why`, `pause` / `resume`, `doctor`, `sync`, `serve`.
 
 Heavy modules are imported inside each command, so `memsift hook` starts fast.
 """
@@ -188,6 +188,30 @@ _LOG_FILE = {"capture": "capture.log"}
 _CWD_OPTIONAL = {"status", "doctor", "capture"}
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from .config import memsift_home
+    from .server import serve, stop
+
+    home = memsift_home()
+    if args.stop:
+        print("memsift serve: stopped" if stop(home) else "memsift serve: none was running")
+        return 0
+    return serve(home, args.idle)
+
+
+def _server_line(home) -> str:
+    """`status`'s line for the warm server."""
+    from .server import status
+
+    got = status(home)
+    if got is None:
+        return "server     not running (the next prompt starts it)"
+    if "error" in got:
+        return f"server     not answering: {got['error']}"
+    return (f"server     pid {got['pid']}, up {got['uptime_s'] / 60:.0f} min, {got['requests']} requests, "
+            f"max RSS {got['max_rss_mb']:.0f} MB")
+
+
 def _status(args: argparse.Namespace) -> int:
     """Print what can be read of the project's and memsift's state, one line for each part
     that cannot (exit 1 then). Only reads: a read-only or full home shows as well as any."""
@@ -228,6 +252,7 @@ def _status(args: argparse.Namespace) -> int:
         except (sqlite3.Error, OSError) as exc:
             cannot("passages", exc)
     print(f"paused     {pause_state(home)}")
+    print(_server_line(home))
     env = environment()
     cognee = cognee_config(env)
     decision = (env.get("MEMSIFT_DECISION_API") or "").strip() or "embedded"
@@ -552,6 +577,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"{what}, in every session or one")
         p.add_argument("--session", help="only this session id (default: all)")
         p.set_defaults(func=_pause)
+
+    p = sub.add_parser("serve", help="the warm server that answers the prompt hook (started by the hooks themselves)")
+    p.add_argument("--stop", action="store_true", help="stop the running server")
+    p.add_argument("--idle", type=float, default=None, help="exit after this many seconds without a request "
+                   "(default MEMSIFT_SERVE_IDLE, else 1800)")
+    p.set_defaults(func=_serve)
 
     p = sub.add_parser("doctor", help="check the hooks, this Python, the services and the host's memory file")
     p.add_argument("--project", default=None, help="a folder of the project (default: here)")

@@ -80,9 +80,10 @@ def parse_input(raw: bytes, required: tuple[str, ...] = ("prompt", "cwd")) -> di
     return payload
 
 
-def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None, list[str]]:
+def user_prompt_submit(payload: dict[str, Any], home: Path, models: dict | None = None) -> tuple[str | None, list[str]]:
     """Run recall for one prompt: the additionalContext to inject (or None), and the notices
-    owed to the user and the agent (a memory service paused or resumed)."""
+    owed to the user and the agent (a memory service paused or resumed). `models` caches the
+    embedded decision model by encoder setting (a warm server's), None: loaded here."""
     from .config import cognee_config, environment
     from .runlog import paused
 
@@ -112,7 +113,12 @@ def user_prompt_submit(payload: dict[str, Any], home: Path) -> tuple[str | None,
     if env.get("MEMSIFT_DECISION_API", "embedded").strip().lower() in ("", "embedded"):
         from .classifiers.embedded import EmbeddedChoiceModel  # the usual case: skip the remote clients' import
 
-        model = EmbeddedChoiceModel()
+        key = env.get("MEMSIFT_ENCODER", "")
+        model = models.get(key) if models is not None else None
+        if model is None:
+            model = EmbeddedChoiceModel()
+            if models is not None:
+                models[key] = model
     else:
         from .classifiers.remote import load_model
 
@@ -252,32 +258,27 @@ def detach(command: list[str], cwd: str) -> list[str]:
     return command
 
 
-def run(event: str, stdin: bytes | None = None) -> int:
-    """Entry point of `memsift hook <event>`: always returns 0."""
+def respond(event: str, raw: bytes, home: Path, models: dict | None = None) -> bytes:
+    """What `memsift hook <event>` prints for the host's stdin `raw` (b"" for nothing), the
+    work done and logged: a recall, or a detached capture started. Never raises. `models` is
+    a warm process's cache of decision models (`memsift.server`), None in a hook process."""
     start = time.perf_counter()
-    home = memsift_home()
+    out = b""
     try:
-        setup_logging(home)
-    except OSError:
-        logging.disable(logging.CRITICAL)  # an unwritable home must not break the agent
-    try:
-        raw = sys.stdin.buffer.read() if stdin is None else stdin
         if event in CAPTURE_EVENTS:
             command = start_capture(parse_input(raw, ("cwd",)), event, home)
             if command:
                 log.info("hook %s: started %s", event, " ".join(command[2:]))
-            context = None
-            notices = []
         elif event == "user-prompt-submit":
-            context, notices = user_prompt_submit(parse_input(raw), home)
+            context, notices = user_prompt_submit(parse_input(raw), home, models)
+            if context:
+                answer: dict[str, Any] = {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                                                 "additionalContext": context}}
+                if notices:  # shown to the user, not to the model
+                    answer["systemMessage"] = " ".join(notices)
+                out = json.dumps(answer, ensure_ascii=True).encode("ascii")
         else:
             raise HookInputError(f"unknown hook event {event!r}")
-        if context:
-            out: dict[str, Any] = {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": context}}
-            if notices:  # shown to the user, not to the model
-                out["systemMessage"] = " ".join(notices)
-            sys.stdout.buffer.write(json.dumps(out, ensure_ascii=True).encode("ascii"))
-            sys.stdout.buffer.flush()
     except HookInputError as exc:
         log.warning("bad hook input: %s", exc)
     except Exception as exc:
@@ -285,5 +286,35 @@ def run(event: str, stdin: bytes | None = None) -> int:
         from .runlog import record_failure
 
         record_failure(home, event, exc, (time.perf_counter() - start) * 1000)
-    log.info("hook %s done in %.0f ms", event, (time.perf_counter() - start) * 1000)
+    log.info("hook %s done in %.0f ms%s", event, (time.perf_counter() - start) * 1000, " (memsift serve)" if models is not None else "")
+    return out
+
+
+def run(event: str, stdin: bytes | None = None, server: str | None = None) -> int:
+    """Entry point of `memsift hook <event>` in the hook's own process: always returns 0.
+    `server` says why the warm server did not answer, when the thin client tried it first
+    (`memsift.client`); it is logged."""
+    home = memsift_home()
+    try:
+        setup_logging(home)
+    except OSError:
+        logging.disable(logging.CRITICAL)  # an unwritable home must not break the agent
+    if server:
+        log.info("hook %s: in this process (memsift serve: %s)", event, server)
+    try:
+        raw = sys.stdin.buffer.read() if stdin is None else stdin
+    except (OSError, ValueError) as exc:  # a closed or broken stdin
+        log.warning("bad hook input: stdin unreadable (%s)", exc)
+        return 0
+    out = respond(event, raw, home)
+    if out:
+        try:
+            sys.stdout.buffer.write(out)
+            sys.stdout.buffer.flush()
+        except OSError as exc:  # the host closed the pipe: nothing to do
+            log.warning("hook %s: stdout closed (%s)", event, exc)
+    if event == "session-start":  # warm the server for the session's prompts
+        from .client import start_server
+
+        start_server(home)
     return 0

@@ -28,7 +28,76 @@ def memsift_home(tmp_path, monkeypatch, model_dir):
     home = tmp_path / "memsift-home"
     monkeypatch.setenv("MEMSIFT_HOME", str(home))
     monkeypatch.setenv("MEMSIFT_MODEL_DIR", str(model_dir))
+    # no warm server behind the hooks (one per home would outlive its test for 30 minutes):
+    # the tests of the server path turn it on (`warm_server`)
+    monkeypatch.setenv("MEMSIFT_SERVER", "off")
     return home
+
+
+@pytest.fixture
+def warm_server(memsift_home, monkeypatch):
+    """The hooks of this test use the warm server (`memsift serve`), which is stopped after
+    it. Yields a function that starts the server and waits until it answers; its pid."""
+    import time
+
+    from memsift.client import ServerUnavailable, request
+    from memsift.server import stop
+
+    monkeypatch.setenv("MEMSIFT_SERVER", "on")
+    started = []
+
+    def start(timeout: float = 60) -> int:
+        started.append(subprocess.Popen([sys.executable, "-m", "memsift", "serve"], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, env=dict(os.environ)))
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                return request({"op": "status"}, str(memsift_home))["pid"]
+            except ServerUnavailable:
+                time.sleep(0.1)
+        raise AssertionError("memsift serve never answered")
+
+    yield start
+    stop_servers(memsift_home)
+    for proc in started:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def start_server(home: Path, env: dict, timeout: float = 60) -> int:
+    """Start `memsift serve` for `home` with `env` and wait until it answers; its pid."""
+    import time
+
+    from memsift.client import ServerUnavailable, request
+
+    subprocess.Popen([sys.executable, "-m", "memsift", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     env={**env, "MEMSIFT_HOME": str(home)}, start_new_session=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            return request({"op": "status"}, str(home))["pid"]
+        except ServerUnavailable:
+            time.sleep(0.1)
+    raise AssertionError("memsift serve never answered")
+
+
+def stop_servers(home: Path) -> None:
+    """Stop the warm server of `home`, and any a hook started, detached, after the stop
+    (Linux: found by their environment in /proc)."""
+    import signal
+
+    from memsift.server import stop
+
+    stop(home)
+    mark = f"MEMSIFT_HOME={home}".encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"serve" in (entry / "cmdline").read_bytes() and mark in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 @pytest.fixture

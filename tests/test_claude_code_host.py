@@ -84,6 +84,7 @@ def base_env(tmp_path: Path) -> dict[str, str]:
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",  # no DNS lookups at all
         "MEMSIFT_PYTHON": MEMSIFT_PYTHON,
         "MEMSIFT_HOME": str(tmp_path / "memsift-home"),
+        "MEMSIFT_SERVER": "off",  # the hook recalls in its own process; the warm server's test turns it on
     }
 
 
@@ -204,6 +205,24 @@ def test_recall_reaches_the_model(claude_bin: str, project: Project, base_env: d
     note_id = framing.group(1)
     assert note_id in project.note_add_output, \
         f"note id {note_id!r} not in `notes add` output {project.note_add_output!r}"
+
+
+def test_recall_through_the_warm_server(claude_bin: str, project: Project, base_env: dict[str, str],
+                                       fake_api: FakeAnthropicAPI) -> None:
+    """With `memsift serve` up, the plugin's hook is its thin client: the same note reaches
+    the model, answered by the server."""
+    from .conftest import start_server, stop_servers
+
+    env = {k: v for k, v in base_env.items() if k != "MEMSIFT_SERVER"}
+    home = Path(env["MEMSIFT_HOME"])
+    start_server(home, env)
+    try:
+        turn = claude_turn(claude_bin, "why did we choose Adyen over Stripe?", project.path, env, fake_api)
+    finally:
+        stop_servers(home)
+    assert_plugin_loaded(turn)
+    assert NOTE_TEXT in turn.model_text
+    assert "user-prompt-submit done in" in turn.hook_log and "(memsift serve)" in turn.hook_log, turn.describe()
 
 
 def test_small_talk_injects_nothing(claude_bin: str, project: Project, base_env: dict[str, str],

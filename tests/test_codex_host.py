@@ -79,8 +79,16 @@ def hooks_list(codex: str, env: dict, cwd: Path) -> dict:
         proc.wait(10)
 
 
-def test_codex_runs_the_installed_hooks_and_the_recall_reaches_the_model(sandbox, tmp_path):
+@pytest.mark.parametrize("server", ["in-process", "warm server"])
+def test_codex_runs_the_installed_hooks_and_the_recall_reaches_the_model(sandbox, tmp_path, server, request):
+    from .conftest import start_server, stop_servers
+
     codex = codex_bin()
+    request.addfinalizer(lambda: stop_servers(Path(sandbox["MEMSIFT_HOME"])))
+    if server == "warm server":  # the hook is then the thin client of `memsift serve`
+        start_server(Path(sandbox["MEMSIFT_HOME"]), sandbox)
+    else:
+        sandbox["MEMSIFT_SERVER"] = "off"
     project = tmp_path / "shop"
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
@@ -112,6 +120,9 @@ def test_codex_runs_the_installed_hooks_and_the_recall_reaches_the_model(sandbox
     developer = [json.dumps(item, ensure_ascii=False) for b in bodies for item in b.get("input", [])
                  if isinstance(item, dict) and item.get("role") == "developer"]
     assert any("[memsift note" in d and "Adyen supports SEPA direct debit" in d for d in developer), output[-3000:]
+    if server == "warm server":
+        log = (Path(sandbox["MEMSIFT_HOME"]) / "logs" / "hook.log").read_text(encoding="utf-8")
+        assert "(memsift serve)" in log, log[-3000:]
 
     print(memsift("uninstall", "codex", env=sandbox))
     assert not [h for h in hooks_list(codex, sandbox, project)["hooks"] if "-m memsift hook" in h["command"]]

@@ -27,7 +27,7 @@ def test_session_start_builds_the_venv_once_and_hooks_use_it(tmp_path, memsift_h
     project = tmp_path / "my project"
     project.mkdir()
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "CLAUDE_PLUGIN_DATA": str(data),
-           "MEMSIFT_HOME": str(memsift_home), "MEMSIFT_SETUP_PIP_ARGS": "--no-deps"}
+           "MEMSIFT_HOME": str(memsift_home), "MEMSIFT_SETUP_PIP_ARGS": "--no-deps", "MEMSIFT_SERVER": "off"}
     payload = json.dumps({"session_id": "s1", "cwd": str(project), "transcript_path": "",
                           "hook_event_name": "SessionStart"}).encode()
     starts = [subprocess.Popen(["bash", str(REPO / "hooks" / "run.sh"), "session-start"], stdin=subprocess.PIPE,

@@ -1,0 +1,218 @@
+"""The warm server (`memsift serve`) behind the prompt hook, as real processes: the same
+answers as in-process recall, and every way it can fail leaving the prompt its answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memsift.client import ServerUnavailable, request, socket_path
+
+from .conftest import REPO, run_memsift
+
+NOTE = "Payment provider: we chose Adyen over Stripe because Adyen supports SEPA direct debit for our German customers."
+ASK = "why did we choose Adyen over Stripe?"
+
+
+def payload(prompt, cwd, session="s-1"):
+    return json.dumps({"session_id": session, "transcript_path": "", "cwd": str(cwd), "hook_event_name": "UserPromptSubmit",
+                       "prompt": prompt}).encode()
+
+
+@pytest.fixture
+def project(tmp_path):
+    folder = tmp_path / "shop"
+    (folder / ".git").mkdir(parents=True)
+    done = run_memsift("notes", "add", "--project", str(folder), "--kind", "decision", "--date", "2026-09-01", NOTE)
+    assert done.returncode == 0, done.stderr.decode()
+    return folder
+
+
+def hook(stdin: bytes, **env):
+    return run_memsift("hook", "user-prompt-submit", stdin=stdin, env=env)
+
+
+def log_text(home) -> str:
+    return (home / "logs" / "hook.log").read_text(encoding="utf-8")
+
+
+def server_pid(home) -> int | None:
+    try:
+        return request({"op": "status"}, str(home))["pid"]
+    except ServerUnavailable:
+        return None
+
+
+def wait_for(condition, timeout: float = 30.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    return condition()
+
+
+def test_the_server_answers_as_in_process_recall_does(tmp_path, memsift_home, warm_server):
+    """A dev conversation's notes and passages, each of its first 16 prompts through the hook
+    without the server and through it (in another session, so the ledger starts afresh)."""
+    from memsift.backends import Passage
+    from memsift.backends.sqlite import SQLiteBackend
+    from memsift.classifiers.encoders import load_encoder
+    from memsift.config import project_dir, project_root
+    from memsift.notes import Note, NoteStore
+
+    conv = json.loads(sorted((REPO / "eval" / "conversations").glob("*.json"))[0].read_text())
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    encoder = load_encoder()
+    folder = project_dir(project_root(project), memsift_home)
+    NoteStore(folder, project.name, encoder=encoder).add(
+        [Note(n["id"], n["date"], n["kind"], n["text"]) for n in sorted(conv["notes"], key=lambda n: n["date"])])
+    backend = SQLiteBackend(folder / "passages.sqlite", encoder)
+    backend.add([Passage(p["id"], p["date"], p["text"]) for p in conv["passages"]])
+    backend.close()
+    prompts = [t["user"] for t in conv["turns"][:16]]
+    alone = [hook(payload(p, project, "alone"), MEMSIFT_SERVER="off").stdout for p in prompts]
+    warm_server()
+    warm = [hook(payload(p, project, "warm")).stdout for p in prompts]
+    assert warm == alone and any(alone)
+    assert log_text(memsift_home).count("(memsift serve)") == len(prompts)  # every one answered by the server
+
+
+def test_a_prompt_with_no_server_recalls_in_process_and_starts_one(project, memsift_home, warm_server):
+    done = hook(payload(ASK, project))
+    assert done.returncode == 0 and b"N001" in done.stdout
+    assert "memsift serve: not running" in log_text(memsift_home)
+    pid = wait_for(lambda: server_pid(memsift_home), 60)
+    assert pid
+    again = hook(payload(ASK, project, "s-2"))
+    assert b"N001" in again.stdout and "(memsift serve)" in log_text(memsift_home)
+
+
+def test_a_killed_server_and_its_stale_socket(project, memsift_home, warm_server):
+    pid = warm_server()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: server_pid(memsift_home) is None)
+    assert Path(socket_path(str(memsift_home))).exists()  # left behind
+    done = hook(payload(ASK, project))
+    assert b"N001" in done.stdout and "connect: ConnectionRefusedError" in log_text(memsift_home)
+    new = wait_for(lambda: server_pid(memsift_home), 60)  # the next server took the stale socket's place
+    assert new and new != pid
+
+
+def test_a_hung_server_costs_the_prompt_half_a_second(project, memsift_home, warm_server):
+    pid = warm_server()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.perf_counter()
+        done = hook(payload(ASK, project))
+        took = time.perf_counter() - start
+        assert b"N001" in done.stdout and "memsift serve: timed out" in log_text(memsift_home)
+        assert took < 30  # the hook's budget (10 s) is what matters; this is a correctness bound, not a timing
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_server_killed_mid_request(project, memsift_home, warm_server, monkeypatch):
+    """A server that dies between acknowledging a request and answering it."""
+    folder = memsift_home / "serve"
+    folder.mkdir(parents=True, mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path(str(memsift_home)))
+    os.chmod(socket_path(str(memsift_home)), 0o600)
+    listener.listen(1)
+    proc = subprocess.Popen([sys.executable, "-m", "memsift", "hook", "user-prompt-submit"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env={**os.environ, "MEMSIFT_SERVER": "on"})
+    proc.stdin.write(payload(ASK, project))
+    proc.stdin.close()
+    conn, _ = listener.accept()
+    conn.makefile("rb").readline()
+    conn.sendall(b'{"v": 1, "ack": true}\n')
+    conn.close()  # dies before answering
+    listener.close()
+    assert proc.wait(timeout=120) == 0 and b"N001" in proc.stdout.read()
+    assert "memsift serve: bad answer" in log_text(memsift_home)
+
+
+def test_two_servers_started_at_once_make_one(memsift_home, warm_server):
+    procs = [subprocess.Popen([sys.executable, "-m", "memsift", "serve"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for _ in range(2)]
+    pid = wait_for(lambda: server_pid(memsift_home), 60)
+    exited = wait_for(lambda: [p for p in procs if p.poll() is not None], 30)
+    assert len(exited) == 1 and exited[0].returncode == 0
+    assert pid == next(p.pid for p in procs if p.poll() is None)
+
+
+def test_ten_hooks_at_once(project, memsift_home, warm_server):
+    warm_server()
+    procs = [subprocess.Popen([sys.executable, "-m", "memsift", "hook", "user-prompt-submit"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE) for _ in range(10)]
+    for n, proc in enumerate(procs):
+        proc.stdin.write(payload(ASK, project, f"ten-{n}"))
+        proc.stdin.close()
+    outs = [proc.stdout.read() for proc in procs]
+    assert [proc.wait(timeout=120) for proc in procs] == [0] * 10
+    assert all(b"N001" in out for out in outs)
+    assert log_text(memsift_home).count("(memsift serve)") == 10
+
+
+def test_a_socket_open_to_others_is_refused(project, memsift_home, warm_server):
+    warm_server()
+    os.chmod(socket_path(str(memsift_home)), 0o666)
+    done = hook(payload(ASK, project))
+    assert b"N001" in done.stdout
+    assert "is open to other users (mode 666): refused" in log_text(memsift_home)
+    assert "(memsift serve)" not in log_text(memsift_home)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_a_socket_of_another_user_is_refused(project, memsift_home, warm_server):
+    warm_server()
+    os.chown(socket_path(str(memsift_home)), 65534, -1)  # nobody
+    done = hook(payload(ASK, project))
+    assert b"N001" in done.stdout and "belongs to another user (uid 65534): refused" in log_text(memsift_home)
+
+
+def test_after_an_upgrade_the_old_server_is_not_used(project, memsift_home, warm_server):
+    pid = warm_server()
+    source = REPO / "memsift" / "__init__.py"
+    before = source.stat()
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # as an edit or an upgrade would
+    try:
+        done = hook(payload(ASK, project))
+        assert b"N001" in done.stdout and "outdated" in log_text(memsift_home)
+        assert wait_for(lambda: not _alive(pid), 30)  # the old server left
+        new = wait_for(lambda: server_pid(memsift_home), 60)
+        assert new and new != pid
+    finally:
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return not Path(f"/proc/{pid}/status").exists() or "zombie" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_idle_exit_status_and_stop(memsift_home, warm_server, monkeypatch):
+    monkeypatch.setenv("MEMSIFT_SERVE_IDLE", "1")
+    pid = warm_server()
+    assert wait_for(lambda: not _alive(pid), 30)
+    monkeypatch.setenv("MEMSIFT_SERVE_IDLE", "600")
+    pid = warm_server()
+    status = run_memsift("status")
+    assert f"server     pid {pid}" in status.stdout.decode()
+    assert run_memsift("serve", "--stop").stdout.decode().strip() == "memsift serve: stopped"
+    assert wait_for(lambda: not _alive(pid), 30)
+    assert "server     not running" in run_memsift("status").stdout.decode()
