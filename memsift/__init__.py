@@ -2,7 +2,8 @@
 
 Modules, one concept each (imports point down this list, never up):
 
-- `cli`, `hook`: entry points (the `memsift` command; the hosts' hooks);
+- `cli`, `server`, `hook`, `client`: entry points (the `memsift` command; the warm server;
+  the hosts' hooks; the prompt hook's standard-library client of the server);
 - `eval` (folder `eval/`): the replay harness and the test conversations;
 - `recall`: the cascade (genre, notes, topic, passages, format);
 - `notes`, `supersession`, `ledger`, `transcript`: the project's notes, which note replaces

