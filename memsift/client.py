@@ -50,9 +50,16 @@ def socket_path(home_dir: str) -> str:
     return os.path.join(home_dir, "serve", "memsift.sock")
 
 
+#: `MEMSIFT_*` variables that do not change an answer: where the home is (the socket is the
+#: home's already), whether and how long a server runs, which Python the launcher picks (the
+#: install id has the server's).
+_NOT_SETTINGS = {"MEMSIFT_HOME", "MEMSIFT_SERVER", "MEMSIFT_SERVE_IDLE", "MEMSIFT_PYTHON"}
+
+
 def settings() -> dict[str, str]:
-    """The `MEMSIFT_*` environment: a server started with others is not used."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("MEMSIFT_")}
+    """The `MEMSIFT_*` environment that shapes an answer: a server started with other
+    settings is not used."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("MEMSIFT_") and k not in _NOT_SETTINGS}
 
 
 def _package_dirs() -> list[str]:
@@ -186,10 +193,13 @@ def start_server(home_dir=None) -> None:
         return
     import subprocess
 
+    where = str(home_dir or home())
+    env = dict(os.environ)
+    if os.path.abspath(where) != os.path.abspath(home()):
+        env["MEMSIFT_HOME"] = where
     try:
         subprocess.Popen([sys.executable, "-P", "-m", "memsift", "serve"], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True,
-                         cwd=str(home_dir or home()) if os.path.isdir(str(home_dir or home())) else "/",
-                         env={**os.environ, "MEMSIFT_HOME": str(home_dir or home())})
+                         cwd=where if os.path.isdir(where) else "/", env=env)
     except OSError:
         pass

@@ -256,7 +256,11 @@ class Server:
                 continue
             self.last = time.monotonic()
             try:
-                answer = self._answer(message)
+                try:
+                    answer = self._answer(message)
+                except Exception as exc:  # a bug: the hook recalls in its own process, the server goes on
+                    log.exception("memsift serve: request failed")
+                    answer = {"ok": False, "error": f"server error: {type(exc).__name__}"}
                 conn.sendall(json.dumps({"v": PROTOCOL, **answer}, ensure_ascii=True).encode("ascii") + b"\n")
             except OSError as exc:
                 log.info("memsift serve: could not answer (%s)", exc)

@@ -216,3 +216,26 @@ def test_idle_exit_status_and_stop(memsift_home, warm_server, monkeypatch):
     assert run_memsift("serve", "--stop").stdout.decode().strip() == "memsift serve: stopped"
     assert wait_for(lambda: not _alive(pid), 30)
     assert "server     not running" in run_memsift("status").stdout.decode()
+
+
+def test_the_default_home_gets_its_server_too(tmp_path, project, memsift_home):
+    """No MEMSIFT_HOME at all (the usual case): the server the hook starts is the one the next
+    prompt's hook uses."""
+    home = tmp_path / "user"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("MEMSIFT_HOME", "MEMSIFT_SERVER")}
+    env["HOME"] = str(home)
+    run = lambda session: subprocess.run([sys.executable, "-m", "memsift", "hook", "user-prompt-submit"],  # noqa: E731
+                                         input=payload(ASK, project, session), capture_output=True, env=env, timeout=120)
+    # the note lives in the test's home: seed the default one the same way
+    added = subprocess.run([sys.executable, "-m", "memsift", "notes", "add", "--project", str(project), "--kind",
+                            "decision", "--date", "2026-09-01", NOTE], capture_output=True, env=env)
+    assert added.returncode == 0, added.stderr
+    default = home / ".memsift"
+    try:
+        assert b"N001" in run("d-1").stdout
+        assert wait_for(lambda: server_pid(default), 60)
+        assert b"N001" in run("d-2").stdout
+        assert "(memsift serve)" in log_text(default)
+    finally:
+        subprocess.run([sys.executable, "-m", "memsift", "serve", "--stop"], env=env, capture_output=True)
