@@ -239,20 +239,36 @@ class CaptureState:
     """Per-session capture progress in SQLite (WAL, safe with several writers): the offset
     read so far (`sessions`) and the capture under way, if any (`pending`)."""
 
+    SCHEMA = """
+        CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, transcript TEXT,
+            project TEXT, offset INTEGER DEFAULT 0, exchanges INTEGER DEFAULT 0,
+            kept INTEGER DEFAULT 0, at REAL);
+        CREATE TABLE IF NOT EXISTS pending (session TEXT PRIMARY KEY, transcript TEXT,
+            project TEXT, folder TEXT, title TEXT, start INTEGER, "end" INTEGER,
+            exchanges INTEGER, kept_before INTEGER, notes TEXT, stage TEXT, at REAL);
+        """
+
     def __init__(self, path: Path) -> None:
+        """Open (or create) the state at `path`. A file that is not a database (overwritten,
+        corrupted) is moved aside to `<path>.corrupt-<unix time>`, logged, and a new state
+        started: captures then read their transcripts again from the start, and the notes
+        store skips what is noted already (`skip_known`), so capture keeps working instead of
+        failing for good. Raises `sqlite3.Error` and `OSError` otherwise."""
+        import sqlite3
+
         from .config import open_state
 
-        self.db = open_state(
-            path,
-            """
-            CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, transcript TEXT,
-                project TEXT, offset INTEGER DEFAULT 0, exchanges INTEGER DEFAULT 0,
-                kept INTEGER DEFAULT 0, at REAL);
-            CREATE TABLE IF NOT EXISTS pending (session TEXT PRIMARY KEY, transcript TEXT,
-                project TEXT, folder TEXT, title TEXT, start INTEGER, "end" INTEGER,
-                exchanges INTEGER, kept_before INTEGER, notes TEXT, stage TEXT, at REAL);
-            """
-        )
+        try:
+            self.db = open_state(path, self.SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", None) not in (11, 26):  # SQLITE_CORRUPT, SQLITE_NOTADB
+                raise
+            aside = Path(f"{path}.corrupt-{int(time.time())}")
+            for suffix in ("", "-wal", "-shm"):
+                if Path(f"{path}{suffix}").exists():
+                    Path(f"{path}{suffix}").rename(f"{aside}{suffix}")
+            log.error("capture state %s is not a database (%s): moved to %s, starting a new one", path, exc, aside)
+            self.db = open_state(path, self.SCHEMA)
 
     def project(self, session: str) -> str | None:
         """The project root an earlier capture of `session` filed its notes under, if any."""

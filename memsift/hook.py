@@ -43,6 +43,7 @@ def setup_logging(home: Path, name: str = "hook.log") -> None:
     handler = logging.FileHandler(folder / name, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
     log.handlers[:] = [handler]
+    logging.raiseExceptions = False  # a full disk: a log line that cannot be written is dropped, never printed
     log.setLevel(logging.INFO)
     log.propagate = False
 
@@ -136,9 +137,13 @@ def user_prompt_submit(payload: dict[str, Any], home: Path, models: dict | None 
     elif (folder / "passages.sqlite").exists():
         from .backends.sqlite import SQLiteBackend
 
-        backend = SQLiteBackend(folder / "passages.sqlite", model.encoder)
         try:
-            passages_stale = backend.stale() > 0
+            backend = SQLiteBackend(folder / "passages.sqlite", model.encoder)
+        except sqlite3.Error as exc:  # a corrupt file: the notes still answer, without the passage tier
+            log.warning("passages %s unreadable (%s): recalling from the notes alone", folder / "passages.sqlite", exc)
+            backend = None
+        try:
+            passages_stale = backend is not None and backend.stale() > 0
         except sqlite3.Error as exc:  # the search below meets the same error and says so
             log.warning("could not check the passages' encoder: %s", exc)
     else:
@@ -294,7 +299,10 @@ def run(event: str, stdin: bytes | None = None, server: str | None = None) -> in
     """Entry point of `memsift hook <event>` in the hook's own process: always returns 0.
     `server` says why the warm server did not answer, when the thin client tried it first
     (`memsift.client`); it is logged."""
-    home = memsift_home()
+    try:
+        home = memsift_home()
+    except RuntimeError:  # no HOME and no passwd entry, or MEMSIFT_HOME=~nouser/...: nowhere to keep anything
+        return 0
     try:
         setup_logging(home)
     except OSError:

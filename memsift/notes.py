@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("memsift")
 
 LOCK_TIMEOUT_S = 30.0
+#: Times `NoteStore.add` reads the Markdown again when it changed (a hand edit, a deletion)
+#: between reading and writing, before it gives up.
+ADD_ATTEMPTS = 5
 #: The id of any line shaped like a note header, well formed or not (`## N002 - 2026-...`).
 _HEADER_ID = re.compile(r"^## +([A-Za-z0-9][\w.-]*)", re.MULTILINE)
 #: Notes a search may embed itself when the index lags the Markdown (a note or two edited by
@@ -117,6 +120,13 @@ class NoteStore:
         """
         return self._load(strict)[1]
 
+    def _raw(self) -> bytes | None:
+        """The Markdown's bytes as they are now (None: no file), to tell whether it changed."""
+        try:
+            return self.markdown.read_bytes()
+        except FileNotFoundError:
+            return None
+
     def _load(self, strict: bool) -> tuple[str, NotesFile]:
         """The Markdown as stored, for writers (bytes that are not UTF-8 kept as surrogate
         escapes, `notefile.decode`, so that writing it back keeps them; the default preamble
@@ -163,7 +173,10 @@ class NoteStore:
         Raises `ValueError` for a note that cannot be written as given (see
         `notefile.check_note`), a duplicate id, or a text already noted (skipped instead
         with `skip_known`), and `OSError` when the Markdown cannot be written (then nothing
-        was added). What fails after the Markdown is written (the index, the id counter,
+        was added), or kept changing under it (an editor takes no lock: when the file
+        changed between reading and writing, by a hand edit or a deletion, it is read again
+        and the notes appended to it as it is now, up to `ADD_ATTEMPTS` times, so the
+        change is never undone). What fails after the Markdown is written (the index, the id counter,
         the revision log) is logged and listed in `warnings` instead.
         """
         from .revision import RevisionError, Supersede, apply_ops, commit
@@ -171,44 +184,56 @@ class NoteStore:
         from .supersession import link_superseded, min_cosine
 
         self.warnings = []
+        new = list(new)
         with self.lock():
-            text, current = self._load(strict=False)  # appending rewrites nothing: a line misread stays as it is
-            existing = current.notes
-            for problem in current.problems:
-                self._warn(problem)
-            ids = {n.id for n in existing} | set(_HEADER_ID.findall(text))  # ids in mistyped headers too
-            texts = {n.text: n.id for n in existing if n.active}
-            high_water = self.folder / "last_id"
-            try:
-                last = int(high_water.read_text().strip() or 0)
-            except (FileNotFoundError, ValueError):
-                last = 0
-            counter = 1 + max([last] + [k for i in ids if (k := serial(i)) is not None])
-            added: list[Note] = []
-            for note in new:
-                note = replace(note, text=mask(note.text.strip()).text)
-                check_note(note)
-                if not note.id:
-                    while f"N{counter:03d}" in ids:
-                        counter += 1
-                    note = replace(note, id=f"N{counter:03d}")
-                if note.id in ids:
-                    raise ValueError(f"note id {note.id} already exists")
-                if note.text in texts:
-                    if skip_known:  # e.g. two sessions captured the same note at once
-                        continue
-                    raise ValueError(f"this text is already noted as {texts[note.text]}")
-                ids.add(note.id)
-                texts[note.text] = note.id
-                added.append(note)
-            if not added:
-                return []
-            vectors = self._vectors(existing + added)
-            newline = "\r\n" if "\r\n" in text else "\n"
-            if text and not text.endswith(("\n", "\r")):
-                text += newline
-            text += newline + render_markdown("", added).lstrip("\n").replace("\n", newline)
-            atomic_write(self.markdown.resolve(), text)
+            for attempt in range(ADD_ATTEMPTS):
+                before = self._raw()
+                text, current = self._load(strict=False)  # appending rewrites nothing: a line misread stays as it is
+                existing = current.notes
+                for problem in current.problems:
+                    self._warn(problem)
+                ids = {n.id for n in existing} | set(_HEADER_ID.findall(text))  # ids in mistyped headers too
+                texts = {n.text: n.id for n in existing if n.active}
+                high_water = self.folder / "last_id"
+                try:
+                    last = int(high_water.read_text().strip() or 0)
+                except (FileNotFoundError, ValueError):
+                    last = 0
+                counter = 1 + max([last] + [k for i in ids if (k := serial(i)) is not None])
+                added: list[Note] = []
+                for note in new:
+                    note = replace(note, text=mask(note.text.strip()).text)
+                    check_note(note)
+                    if not note.id:
+                        while f"N{counter:03d}" in ids:
+                            counter += 1
+                        note = replace(note, id=f"N{counter:03d}")
+                    if note.id in ids:
+                        raise ValueError(f"note id {note.id} already exists")
+                    if note.text in texts:
+                        if skip_known:  # e.g. two sessions captured the same note at once
+                            continue
+                        raise ValueError(f"this text is already noted as {texts[note.text]}")
+                    ids.add(note.id)
+                    texts[note.text] = note.id
+                    added.append(note)
+                if not added:
+                    return []
+                vectors = self._vectors(existing + added)
+                newline = "\r\n" if "\r\n" in text else "\n"
+                if text and not text.endswith(("\n", "\r")):
+                    text += newline
+                text += newline + render_markdown("", added).lstrip("\n").replace("\n", newline)
+                # the user's editor (or `rm`) takes no lock: if the file changed since it was
+                # read, writing would undo that change, so read it again and start over
+                if self._raw() == before:
+                    atomic_write(self.markdown.resolve(), text)
+                    break
+                log.info("%s changed while notes were being added (attempt %d): reading it again", self.markdown,
+                         attempt + 1)
+            else:
+                raise OSError(f"{self.markdown} kept changing while memsift added notes; nothing was added "
+                              "(try again once it is saved)")
             notes = existing + added
             if link_supersession:
                 linked = link_superseded(notes, vectors, new_ids={n.id for n in added},

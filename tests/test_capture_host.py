@@ -219,3 +219,28 @@ def test_the_last_answer_is_added_once(tmp_path):
     (ex,) = read_exchanges(path, last_answer="  " + DECISION[1] + "\n")
     assert ex.assistant == DECISION[1]
     assert list(read_exchanges(path, ex.end, last_answer=DECISION[1])) == []  # the catch-up lines: nothing
+
+
+def test_a_corrupt_capture_state_is_moved_aside_and_capture_goes_on(tmp_path, project, memsift_home):
+    memsift_home.mkdir(parents=True, exist_ok=True)
+    (memsift_home / "capture.sqlite").write_bytes(os.urandom(3000))
+    path = tmp_path / "s.jsonl"
+    write_jsonl(path, claude_lines([CHITCHAT[0]]))
+    done = run_memsift("capture", "--transcript", str(path), "--session", "c-1", "--cwd", str(project), "--final")
+    assert done.returncode == 0, done.stderr.decode()
+    assert wait_for_capture(memsift_home, "c-1")[1] == 1
+    assert list(memsift_home.glob("capture.sqlite.corrupt-*"))
+
+
+def test_a_corrupt_passage_store_leaves_the_notes_answering(tmp_path, project, memsift_home):
+    from .test_hook import ASK, NOTE, payload
+
+    run_memsift("notes", "add", "--project", str(project), "--kind", "decision", "--date", "2026-09-01", NOTE)
+    (project_dir(project_root(project), memsift_home) / "passages.sqlite").write_bytes(os.urandom(3000))
+    done = run_memsift("hook", "user-prompt-submit", stdin=payload(ASK, project))
+    assert done.returncode == 0 and b"N001" in done.stdout
+
+
+def test_a_hook_with_no_home_at_all_exits_0(tmp_path):
+    done = run_memsift("hook", "stop", stdin=b"{}", env={"MEMSIFT_HOME": "~nouser-memsift-test/x"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")

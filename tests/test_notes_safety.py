@@ -356,3 +356,34 @@ def test_a_byte_that_is_not_utf8_leaves_recall_and_writers_working(project, mems
     fixed = run_memsift("notes", "edit", "--project", str(project), env={"EDITOR": str(editor)})
     assert fixed.returncode == 0 and b"not UTF-8" not in fixed.stderr
     assert "The café wifi" in md.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("edit", ["append", "delete"])
+def test_a_hand_edit_while_notes_are_added_is_kept(tmp_path, encoder, edit):
+    """The user's editor takes no lock: an edit (or `rm notes.md`) that lands while a
+    capture or `notes add` embeds is read again, never written over."""
+    from memsift.notes import Note, NoteStore
+
+    store = NoteStore(tmp_path / "proj", "proj", encoder=encoder)
+    store.add([Note("", "2026-09-01", "decision", "We chose Adyen over Stripe for SEPA direct debit.")])
+    embed, edited = store._vectors, []
+
+    def vectors_then_edit(notes):
+        out = embed(notes)
+        if not edited:  # the first pass: the user saves meanwhile
+            edited.append(True)
+            if edit == "append":
+                with open(store.markdown, "a", encoding="utf-8") as fh:
+                    fh.write("\nUSER EDIT: a line typed by hand\n")
+            else:
+                store.markdown.unlink()
+        return out
+
+    store._vectors = vectors_then_edit
+    (added,) = store.add([Note("", "2026-09-02", "constraint", "The payments API must never log card numbers.")])
+    text = store.markdown.read_text(encoding="utf-8")
+    assert "must never log card numbers" in text
+    if edit == "append":
+        assert "USER EDIT: a line typed by hand" in text and "Adyen" in text
+    else:
+        assert "Adyen" not in text  # the deletion stands
