@@ -43,7 +43,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .transcript import SENTENCE_BREAK, Exchange, read_exchanges
+from .transcript import CONTROL, SENTENCE_BREAK, Exchange, read_exchanges
 
 log = logging.getLogger("memsift")
 
@@ -96,8 +96,9 @@ class CaptureResult:
 
 
 def plain(text: str) -> str:
-    """`text` without code blocks and Markdown markup, whitespace collapsed."""
-    return " ".join(_MARKUP.sub("", _CODE_BLOCK.sub(" ", text)).split())
+    """`text` without code blocks, Markdown markup and control characters
+    (`transcript.CONTROL`: a coloured log quoted in an answer), whitespace collapsed."""
+    return " ".join(_MARKUP.sub("", _CODE_BLOCK.sub(" ", CONTROL.sub(" ", text))).split())
 
 
 # Sentences that narrate the work instead of stating a result ("Let me check the logs.").

@@ -212,6 +212,14 @@ def _server_line(home) -> str:
             f"max RSS {got['max_rss_mb']:.0f} MB")
 
 
+def _printable(text: str) -> str:
+    """`text` for a terminal: its control characters and escape sequences shown as `\\x1b[2J`
+    and the like, never run (a note may quote coloured tool output)."""
+    from .transcript import CONTROL
+
+    return CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
 def _status(args: argparse.Namespace) -> int:
     """Print what can be read of the project's and memsift's state, one line for each part
     that cannot (exit 1 then). Only reads: a read-only or full home shows as well as any."""
@@ -357,11 +365,12 @@ def _notes_list(args: argparse.Namespace) -> int:
         finding = instruction_in(n.text)  # the part of the note a paste would read
         forged = escape_stored(n.text) != n.text
         mark = "! " if finding or forged else ""
-        print(f"{mark}{n.id} · {n.date} · {n.kind}{status}: {n.text}")
+        print(f"{mark}{n.id} · {n.date} · {n.kind}{status}: {_printable(n.text)}")
         if finding:
             print(f"    ! {finding.reason}; pasted quoted as data")
         if forged:
-            print("    ! holds text shaped like memsift's own frame or header (or invisible characters); pasted escaped")
+            print("    ! holds text shaped like memsift's own frame or header (or invisible or control characters); "
+                  "pasted escaped")
         flagged += bool(mark)
     if flagged:
         print(f"# {flagged} note(s) marked ! : fix them with `memsift notes edit`")
@@ -383,7 +392,7 @@ def _notes_show(args: argparse.Namespace) -> int:
     n = notes[args.id]
     print(f"{n.id} · {n.date} · {n.kind}" + (f" · session {n.session}" if n.session else "")
           + (f" · superseded by {n.superseded_by} (never pasted)" if n.superseded_by else ""))
-    print(n.text)
+    print(_printable(n.text))
     for other in notes.values():
         if other.superseded_by == n.id:
             print(f"(supersedes {other.id}: {_clip(other.text)})")

@@ -39,17 +39,21 @@ _FORGED_HEADER = re.compile(r"(?i)\b(memsift)\s+(recall)(?=\s*[(:])")
 #: Invisible characters that could hide a forged frame from a reader or from `FRAME`:
 #: zero-width spaces and joiners, bidirectional overrides and isolates, the BOM.
 _INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+#: Terminal control sequences (ANSI CSI and OSC: colours, "clear screen", "set the window
+#: title", ECMA-48) and the other C0 / C1 control characters but tab and newline: an agent's
+#: answer quoting coloured tool output must not carry them into a note, a paste or a terminal.
+CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def escape_stored(text: str) -> str:
     """`text` (a stored note or passage) with nothing that reads as memsift's own frame or
     header: a bracket opening `memsift` becomes `(`, `memsift recall (` becomes
-    `memsift-recall (`, and invisible characters are dropped.
+    `memsift-recall (`, and invisible and control characters (`CONTROL`) are dropped.
 
     After it, `FRAME` finds nothing in the text, so only memsift's own frames are read back
     as pasted ids. Idempotent; it never lengthens the text.
     """
-    text = _INVISIBLE.sub("", text)
+    text = CONTROL.sub("", _INVISIBLE.sub("", text))
     text = _FORGED_FRAME.sub("(", text)
     return _FORGED_HEADER.sub(r"\1-\2", text)
 

@@ -244,3 +244,22 @@ def test_a_corrupt_passage_store_leaves_the_notes_answering(tmp_path, project, m
 def test_a_hook_with_no_home_at_all_exits_0(tmp_path):
     done = run_memsift("hook", "stop", stdin=b"{}", env={"MEMSIFT_HOME": "~nouser-memsift-test/x"})
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def test_terminal_escapes_in_an_answer_never_reach_a_note_a_paste_or_the_terminal(tmp_path, project, memsift_home):
+    from .test_hook import NOTE, payload
+
+    ansi = "\x1b[2J\x1b]0;pwned\x07\x1b[31m"
+    answer = f"{ansi}We decided to switch the job queue from Celery to RQ because Celery's workers leaked memory.\x1b[0m\x00"
+    path = tmp_path / "s.jsonl"
+    write_jsonl(path, claude_lines([("let's decide the job queue, Celery keeps leaking", answer)]))
+    done = run_memsift("capture", "--transcript", str(path), "--session", "ansi", "--cwd", str(project), "--final")
+    assert done.returncode == 0, done.stderr.decode()
+    markdown = (project_dir(project_root(project), memsift_home) / "notes.md").read_text(encoding="utf-8")
+    assert "RQ" in markdown and "\x1b" not in markdown and "\x00" not in markdown and "\x07" not in markdown
+    with open(project_dir(project_root(project), memsift_home) / "notes.md", "a", encoding="utf-8") as fh:
+        fh.write(f"\n## N900 · 2026-09-01 · decision\n\n{ansi}{NOTE}\n")
+    listed = run_memsift("notes", "list", "--project", str(project)).stdout.decode()
+    assert "\x1b" not in listed and "\\x1b[2J" in listed
+    pasted = run_memsift("hook", "user-prompt-submit", stdin=payload("why did we choose Adyen over Stripe?", project)).stdout
+    assert b"N900" in pasted and b"\\u001b" not in pasted
