@@ -538,7 +538,7 @@ class Spool:
 
     def __init__(self, home: Path, session: str) -> None:
         self.folder = home / "spool"
-        self.prefix = re.sub(r"[^\w.-]", "_", session)[:100] + "-"
+        self.prefix = _file_name(session) + "-"
         self._read: Path | None = None
 
     def _files(self) -> list[tuple[int, Path]]:
@@ -631,9 +631,13 @@ def finish_pending(session: str, *, home: Path, model=None) -> CaptureResult | N
     return result
 
 
+def _file_name(session: str) -> str:
+    """`session` as part of a file name: word characters, `.` and `-` kept, at most 100."""
+    return re.sub(r"[^\w.-]", "_", session)[:100]
+
+
 def _lock_path(home: Path, session: str) -> Path:
-    safe = re.sub(r"[^\w.-]", "_", session)[:100]
-    return home / "locks" / f"capture-{safe}.lock"
+    return home / "locks" / f"capture-{_file_name(session)}.lock"
 
 
 def _project(path: Path, cwd: str, session: str, known: str | None = None) -> Path:

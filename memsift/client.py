@@ -169,16 +169,21 @@ def request(message: dict, home_dir: str | None = None, answer_s: float = ANSWER
     return answer
 
 
+def _off() -> bool:
+    """Whether `MEMSIFT_SERVER` turns the server off (`0`, `off`, `no`, `false`)."""
+    return os.environ.get("MEMSIFT_SERVER", "").strip().lower() in ("0", "off", "no", "false")
+
+
 def serve_hook(event: str, raw: bytes) -> tuple[bytes | None, str]:
-    """The hook's output from the server, and "" ; or `(None, why)`, and a server is
-    started for the next prompt when none runs (`start_server`)."""
-    if os.environ.get("MEMSIFT_SERVER", "").strip().lower() in ("0", "off", "no", "false"):
+    """`(the hook's output from the server, "")`, or `(None, why it did not answer)`; then a
+    server is started for the next prompt (`start_server`)."""
+    if _off():
         return None, "off (MEMSIFT_SERVER)"
     try:
         answer = request({"op": "hook", "event": event, "stdin": raw.decode("latin-1")})
     except ServerUnavailable as exc:
         why = str(exc)
-        if not why.startswith(("no Unix sockets", "off")):
+        if not why.startswith("no Unix sockets"):
             start_server()
         return None, why
     out = answer.get("stdout", "")
@@ -189,7 +194,7 @@ def start_server(home_dir=None) -> None:
     """Start `memsift serve` detached, unless the server is off (`MEMSIFT_SERVER=off`) or
     this is Windows. A second server exits at once (it cannot take the lock), so starting
     one too many is harmless. Never raises."""
-    if os.name == "nt" or os.environ.get("MEMSIFT_SERVER", "").strip().lower() in ("0", "off", "no", "false"):
+    if os.name == "nt" or _off():
         return
     import subprocess
 

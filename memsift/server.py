@@ -13,7 +13,8 @@ while it runs, so a second one started at the same time exits at once.
 Lifecycle: the hooks start it (`SessionStart`, and a prompt that found none running); it
 exits after `idle` seconds without a request (`MEMSIFT_SERVE_IDLE`, default 30 minutes),
 when its install changes (an upgrade, an edit of an editable install, a new model file:
-`client.install_id`, checked on every request and every minute), on `memsift serve --stop`
+`client.install_id`: a client whose install differs makes it look at its own, and it
+looks every minute without requests), on `memsift serve --stop`
 and on SIGTERM. `<home>/serve/server.json` says what runs (pid, start, install); `memsift
 status` and `doctor` ask the server itself (`op` `status`).
 
@@ -276,10 +277,10 @@ class Server:
         if op == "stop":
             self.stopping.set()
             return {"ok": True, "stopping": True}
-        if install_id() != self.install:
-            self.stopping.set()  # outdated: the next prompt starts a server of the new install
-            return {"ok": False, "error": "the server's install is outdated; it exits"}
-        if message.get("install") != self.install:
+        if message.get("install") != self.install:  # the client hashed the install just now
+            if install_id() != self.install:
+                self.stopping.set()  # outdated: the next prompt starts a server of the new install
+                return {"ok": False, "error": "the server's install is outdated; it exits"}
             return {"ok": False, "error": "another install (version, Python or files)"}
         if message.get("env") != self.env:
             return {"ok": False, "error": "started with other MEMSIFT_* settings"}

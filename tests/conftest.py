@@ -38,32 +38,9 @@ def memsift_home(tmp_path, monkeypatch, model_dir):
 def warm_server(memsift_home, monkeypatch):
     """The hooks of this test use the warm server (`memsift serve`), which is stopped after
     it. Yields a function that starts the server and waits until it answers; its pid."""
-    import time
-
-    from memsift.client import ServerUnavailable, request
-    from memsift.server import stop
-
     monkeypatch.setenv("MEMSIFT_SERVER", "on")
-    started = []
-
-    def start(timeout: float = 60) -> int:
-        started.append(subprocess.Popen([sys.executable, "-m", "memsift", "serve"], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, env=dict(os.environ)))
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            try:
-                return request({"op": "status"}, str(memsift_home))["pid"]
-            except ServerUnavailable:
-                time.sleep(0.1)
-        raise AssertionError("memsift serve never answered")
-
-    yield start
+    yield lambda timeout=60: start_server(memsift_home, dict(os.environ), timeout)
     stop_servers(memsift_home)
-    for proc in started:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def start_server(home: Path, env: dict, timeout: float = 60) -> int:

@@ -17,31 +17,16 @@ import pytest
 from memsift.client import ServerUnavailable, request, socket_path
 
 from .conftest import REPO, run_memsift
-
-NOTE = "Payment provider: we chose Adyen over Stripe because Adyen supports SEPA direct debit for our German customers."
-ASK = "why did we choose Adyen over Stripe?"
+from .test_hook import ASK, NOTE, log_text, project  # noqa: F401  (project: the fixture)
+from .test_hook import payload as hook_payload
 
 
 def payload(prompt, cwd, session="s-1"):
-    return json.dumps({"session_id": session, "transcript_path": "", "cwd": str(cwd), "hook_event_name": "UserPromptSubmit",
-                       "prompt": prompt}).encode()
-
-
-@pytest.fixture
-def project(tmp_path):
-    folder = tmp_path / "shop"
-    (folder / ".git").mkdir(parents=True)
-    done = run_memsift("notes", "add", "--project", str(folder), "--kind", "decision", "--date", "2026-09-01", NOTE)
-    assert done.returncode == 0, done.stderr.decode()
-    return folder
+    return hook_payload(prompt, cwd, session_id=session)
 
 
 def hook(stdin: bytes, **env):
     return run_memsift("hook", "user-prompt-submit", stdin=stdin, env=env)
-
-
-def log_text(home) -> str:
-    return (home / "logs" / "hook.log").read_text(encoding="utf-8")
 
 
 def server_pid(home) -> int | None:
