@@ -6,11 +6,17 @@ Usage: python bench/hook_bench.py [CONVERSATION.json] [--prompts 50]
 A temporary MEMSIFT_HOME gets the conversation's notes and passages (through the same
 write paths as memsift itself, in a child process so that this one stays small: a forked
 child's max RSS counts its parent's pages until it execs); then each of the first N user messages is fed to
-`python -m memsift hook user-prompt-submit` as Claude Code would (JSON on stdin), one new
-process per prompt, and timed from spawn to exit: first with no server (`MEMSIFT_SERVER=off`,
+`python -P -m memsift hook user-prompt-submit` (the command `memsift install` writes) in the
+project's folder, as Claude Code would (JSON on stdin), one new process per prompt, and timed
+from spawn to exit: first with no server (`MEMSIFT_SERVER=off`,
 each process loads the model), then with `memsift serve` started and answering (each process is
 the standard-library client), each in sessions of their own. Max RSS comes from `os.wait4`. The
-same prompts then run through `Recaller.recall` in one warm process.
+warm wall time less the server's own time per prompt (its `hook.log` line) is what the client
+process and the socket cost. The same prompts then run through `Recaller.recall` in one warm
+process.
+
+This machine's speed varies from run to run by a third (a shared virtual machine): compare
+figures of one run, or run it twice.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -44,10 +51,10 @@ def seed(home: Path, conv: dict, project: Path) -> None:
     backend.close()
 
 
-def spawn(payload: bytes, env: dict) -> tuple[float, int, bytes]:
-    """Wall ms, max RSS in KB, stdout of one hook process."""
+def spawn(payload: bytes, env: dict, cwd: Path) -> tuple[float, int, bytes]:
+    """Wall ms, max RSS in KB, stdout of one hook process, run in `cwd` as the hosts do."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "memsift", "hook", "user-prompt-submit"],
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "memsift", "hook", "user-prompt-submit"], cwd=cwd,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     proc.stdin.write(payload)
     proc.stdin.close()
@@ -60,12 +67,12 @@ def spawn(payload: bytes, env: dict) -> tuple[float, int, bytes]:
 
 
 def wait_for_server(home: Path, timeout: float = 60) -> None:
-    from memsift.client import ServerUnavailable, request
+    from memsift.client import ServerUnavailable, ask
 
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            request({"op": "status"}, str(home))
+            ask("status", str(home))
             return
         except ServerUnavailable:
             time.sleep(0.1)
@@ -100,13 +107,14 @@ def main() -> None:
             for i, prompt in enumerate(prompts):
                 payload = json.dumps({"session_id": f"bench-{server}-{i}", "transcript_path": "", "cwd": str(project),
                                       "hook_event_name": "UserPromptSubmit", "prompt": prompt}).encode()
-                ms, kb, out = spawn(payload, mode)
+                ms, kb, out = spawn(payload, mode, project)
                 walls.append(ms)
                 rss.append(kb)
                 outs.append(out)
             runs[label] = (walls, rss, outs)
         subprocess.run([sys.executable, "-m", "memsift", "serve", "--stop"], env=env, stdout=subprocess.DEVNULL)
-        served = (home / "logs" / "hook.log").read_text(encoding="utf-8").count("(memsift serve)")
+        log = (home / "logs" / "hook.log").read_text(encoding="utf-8")
+        served = [float(ms) for ms in re.findall(r"hook user-prompt-submit done in (\d+) ms \(memsift serve\)", log)]
 
         from memsift.classifiers.embedded import EmbeddedChoiceModel
         from memsift.backends.sqlite import SQLiteBackend
@@ -129,7 +137,11 @@ def main() -> None:
               f"p50 {np.percentile(w, 50):.0f} p95 {np.percentile(w, 95):.0f} max {w.max():.0f}; "
               f"max RSS MB p50 {np.percentile(r, 50):.0f} max {r.max():.0f}")
     same = runs["cold (no server)"][2] == runs["warm (memsift serve)"][2]
-    print(f"warm answers identical to cold: {same}; answered by the server: {served} of {len(prompts)}")
+    print(f"warm answers identical to cold: {same}; answered by the server: {len(served)} of {len(prompts)}")
+    if len(served) == len(prompts):  # what the client process and the socket add to the server's own time
+        extra = np.array(runs["warm (memsift serve)"][0]) - np.array(served)
+        print(f"warm, beyond the server's own time (process start, client, socket): ms p50 "
+              f"{np.percentile(extra, 50):.0f} p95 {np.percentile(extra, 95):.0f}")
     q = np.array(inproc)
     print(f"in-process recall (warm): ms p50 {np.percentile(q, 50):.1f} p95 {np.percentile(q, 95):.1f} max {q.max():.1f}")
 

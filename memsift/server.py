@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from .client import MAX_ANSWER, PROTOCOL, install_id, settings, socket_path
+from .client import MAX_HEADER, PROTOCOL, install_id, settings_key, socket_path
 
 log = logging.getLogger("memsift")
 
@@ -67,7 +67,7 @@ class Server:
         self.path = Path(socket_path(str(home)))
         self.idle = idle
         self.install = install_id()
-        self.env = settings()
+        self.env = settings_key()
         self.models: dict = {}  # the warm decision models (`hook.user_prompt_submit`)
         self.jobs: queue.Queue = queue.Queue()
         self.started = time.time()
@@ -99,10 +99,10 @@ class Server:
 
     def _live(self) -> bool:
         """Whether a server of this install answers on the socket (then this one is not needed)."""
-        from .client import ServerUnavailable, request
+        from .client import ServerUnavailable, ask
 
         try:
-            request({"op": "status"}, str(self.home), answer_s=1.0)
+            ask("status", str(self.home), answer_s=1.0)
             return True
         except ServerUnavailable:
             return False
@@ -204,22 +204,43 @@ class Server:
             threading.Thread(target=self._read, args=(conn,), daemon=True).start()
 
     def _read(self, conn: socket.socket) -> None:
-        """Read one request, acknowledge it, queue it for the main thread."""
+        """Read one request (`client` has the protocol), acknowledge it, queue it for the
+        main thread as `(conn, {"op", "install", "env", "body"})`."""
         try:
             if not self._same_user(conn):
                 conn.close()
                 return
             conn.settimeout(READ_S)
-            line = conn.makefile("rb").readline(MAX_REQUEST)
-            message = json.loads(line)
-            if not isinstance(message, dict):
-                raise ValueError("not an object")
-            conn.sendall(json.dumps({"v": PROTOCOL, "ack": True}).encode() + b"\n")
+            reader = conn.makefile("rb")
+            header = reader.readline(MAX_HEADER)
+            fields = header.rstrip(b"\n").split(b" ")
+            if len(fields) != 6 or fields[0] != b"memsift" or not fields[5].isdigit():
+                raise ValueError(f"not a memsift request: {header[:80]!r}")
+            if fields[1] != str(PROTOCOL).encode():
+                self._send(conn, None, f"protocol {fields[1].decode('ascii', 'replace')}, this server speaks {PROTOCOL}")
+                conn.close()
+                return
+            size = int(fields[5])
+            if size > MAX_REQUEST:
+                raise ValueError(f"a request of {size} bytes")
+            body = reader.read(size)
+            if len(body) != size:
+                raise ValueError(f"closed after {len(body)} of {size} bytes")
+            conn.sendall(b"ack\n")
         except (OSError, ValueError) as exc:
             log.info("memsift serve: dropped a request (%s: %s)", type(exc).__name__, str(exc)[:200])
             conn.close()
             return
-        self.jobs.put((conn, message))
+        op, install, env = (f.decode("ascii", "replace") for f in fields[2:5])
+        self.jobs.put((conn, {"op": op, "install": install, "env": env, "body": body}))
+
+    @staticmethod
+    def _send(conn: socket.socket, out: bytes | None, error: str = "") -> None:
+        """Answer `ok` with `out`, or `err` with `error` (one line) when `out` is None."""
+        if out is None:
+            conn.sendall(b"err " + " ".join(error.split()).encode("utf-8", "replace")[:1000] + b"\n")
+        else:
+            conn.sendall(b"ok %d\n" % len(out) + out)
 
     @staticmethod
     def _same_user(conn: socket.socket) -> bool:
@@ -258,42 +279,40 @@ class Server:
             self.last = time.monotonic()
             try:
                 try:
-                    answer = self._answer(message)
+                    out, error = self._answer(message)
                 except Exception as exc:  # a bug: the hook recalls in its own process, the server goes on
                     log.exception("memsift serve: request failed")
-                    answer = {"ok": False, "error": f"server error: {type(exc).__name__}"}
-                conn.sendall(json.dumps({"v": PROTOCOL, **answer}, ensure_ascii=True).encode("ascii") + b"\n")
+                    out, error = None, f"server error: {type(exc).__name__}"
+                self._send(conn, out, error)
             except OSError as exc:
                 log.info("memsift serve: could not answer (%s)", exc)
             finally:
                 conn.close()
 
-    def _answer(self, message: dict) -> dict:
-        if message.get("v") != PROTOCOL:
-            return {"ok": False, "error": f"protocol {message.get('v')!r}, this server speaks {PROTOCOL}"}
-        op = message.get("op")
+    def _answer(self, message: dict) -> tuple[bytes | None, str]:
+        """`(answer bytes, "")`, or `(None, why refused)`."""
+        op = message["op"]
         if op == "status":  # whoever asks, whatever install: `memsift status`, `doctor`
-            return {"ok": True, **self.status()}
+            return json.dumps(self.status()).encode(), ""
         if op == "stop":
             self.stopping.set()
-            return {"ok": True, "stopping": True}
-        if message.get("install") != self.install:  # the client hashed the install just now
+            return b'{"stopping": true}', ""
+        if message["install"] != self.install:  # the client hashed the install just now
             if install_id() != self.install:
                 self.stopping.set()  # outdated: the next prompt starts a server of the new install
-                return {"ok": False, "error": "the server's install is outdated; it exits"}
-            return {"ok": False, "error": "another install (version, Python or files)"}
-        if message.get("env") != self.env:
-            return {"ok": False, "error": "started with other MEMSIFT_* settings"}
+                return None, "the server's install is outdated; it exits"
+            return None, "another install (version, Python or files)"
+        if message["env"] != self.env:
+            return None, "started with other MEMSIFT_* settings"
         if op == "hook":
             from .hook import respond
 
-            event, stdin = message.get("event"), message.get("stdin")
-            if event != "user-prompt-submit" or not isinstance(stdin, str):
-                return {"ok": False, "error": f"cannot answer hook {event!r}"}
+            event, _, stdin = message["body"].partition(b"\n")
+            if event != b"user-prompt-submit":
+                return None, f"cannot answer hook {event[:40].decode('ascii', 'replace')!r}"
             self.requests += 1
-            out = respond(event, stdin.encode("latin-1"), self.home, self.models)
-            return {"ok": True, "stdout": out.decode("latin-1")}
-        return {"ok": False, "error": f"unknown op {op!r}"}
+            return respond("user-prompt-submit", stdin, self.home, self.models), ""
+        return None, f"unknown op {op[:40]!r}"
 
     def status(self) -> dict:
         """pid, uptime (s), requests answered, max RSS (MB), install."""
@@ -312,10 +331,10 @@ def serve(home: Path, idle: float | None = None) -> int:
 def stop(home: Path, timeout: float = 5.0) -> bool:
     """Ask the server of `home` to stop and wait until it did; whether one was running.
     Raises nothing: a server that does not answer is sent SIGTERM by its recorded pid."""
-    from .client import ServerUnavailable, request
+    from .client import ServerUnavailable, ask
 
     try:
-        request({"op": "stop"}, str(home), answer_s=2.0)
+        ask("stop", str(home), answer_s=2.0)
     except ServerUnavailable:
         pid = _recorded_pid(home)
         if pid is None:
@@ -340,9 +359,9 @@ def _recorded_pid(home: Path) -> int | None:
 
 def status(home: Path) -> dict | None:
     """The running server's figures (`Server.status`), or None with none answering."""
-    from .client import ServerUnavailable, request
+    from .client import ServerUnavailable, ask
 
     try:
-        return request({"op": "status"}, str(home), answer_s=2.0)
+        return ask("status", str(home), answer_s=2.0)
     except ServerUnavailable as exc:
         return {"error": str(exc)} if str(exc) != "not running" else None

@@ -47,14 +47,14 @@ def start_server(home: Path, env: dict, timeout: float = 60) -> int:
     """Start `memsift serve` for `home` with `env` and wait until it answers; its pid."""
     import time
 
-    from memsift.client import ServerUnavailable, request
+    from memsift.client import ServerUnavailable, ask
 
     subprocess.Popen([sys.executable, "-m", "memsift", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      env={**env, "MEMSIFT_HOME": str(home)}, start_new_session=True)
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            return request({"op": "status"}, str(home))["pid"]
+            return ask("status", str(home))["pid"]
         except ServerUnavailable:
             time.sleep(0.1)
     raise AssertionError("memsift serve never answered")
