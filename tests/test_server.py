@@ -224,3 +224,19 @@ def test_the_default_home_gets_its_server_too(tmp_path, project, memsift_home):
         assert "(memsift serve)" in log_text(default)
     finally:
         subprocess.run([sys.executable, "-m", "memsift", "serve", "--stop"], env=env, capture_output=True)
+
+
+def test_a_client_of_another_protocol_is_refused_and_the_server_goes_on(project, memsift_home, warm_server):
+    """A hook of an older install (protocol 1 sent JSON lines) meets a server of this one."""
+    pid = warm_server()
+    for line in (b'{"v": 1, "op": "hook"}\n', b"memsift 1 hook x y 0\n"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10)
+        sock.connect(socket_path(str(memsift_home)))
+        sock.sendall(line)
+        got = sock.makefile("rb").read()
+        sock.close()
+        assert not got.startswith(b"ack")  # never answered: the old client recalls in its own process
+    assert b"protocol 1, this server speaks 2" in got
+    assert server_pid(memsift_home) == pid
+    assert b"N001" in hook(payload(ASK, project)).stdout and "(memsift serve)" in log_text(memsift_home)
