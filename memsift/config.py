@@ -91,7 +91,8 @@ def project_root(cwd: str | os.PathLike[str]) -> Path:
 
 def project_dir(root: Path, home: Path | None = None) -> Path:
     """The folder holding one project's notes and index: `<home>/projects/<name>-<hash8>`."""
-    digest = hashlib.sha1(str(root).encode("utf-8")).hexdigest()[:8]
+    # surrogateescape: a folder name that is not UTF-8 (its bytes as the file system gave them)
+    digest = hashlib.sha1(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:8]
     name = re.sub(r"[^\w.-]+", "-", root.name or "root").strip("-") or "root"
     return (home or memsift_home()) / "projects" / f"{name}-{digest}"
 

@@ -142,6 +142,9 @@ def _real_date(text: str) -> bool:
 
 
 def default_preamble(title: str) -> str:
+    """The first lines of a new notes file, for the project `title` (its folder's name; bytes
+    of a name that is not UTF-8 are written as U+FFFD, so that the file is)."""
+    title = title.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return "\n".join([
         f"# memsift notes: {title}",
         "",

@@ -43,7 +43,9 @@ class RunLog:
     def record(self, event: str, session: str = "", project: str = "", prompt_chars: int = 0, genre: str | None = None,
                pasted: list[str] = (), chars: int = 0, ms: float = 0.0, trace: Any = None,
                notices: list[str] = (), error: str | None = None) -> int:
-        """Add one run; its number."""
+        """Add one run; its number. A folder name that is not UTF-8 (`project`) is stored with
+        U+FFFD for its undecodable bytes."""
+        project = project.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         with self.db:
             cur = self.db.execute(
                 "INSERT INTO runs (at, event, session, project, prompt_chars, genre, pasted, chars, ms, trace, notices, "

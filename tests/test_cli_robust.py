@@ -386,3 +386,29 @@ def test_an_impossible_date_in_a_header_is_reported(tmp_path, memsift_home):
     md.write_text(md.read_text(encoding="utf-8") + "\n## N009 · 2026-13-45 · context\nA note.\n", encoding="utf-8")
     listed = run_memsift("notes", "list", "--project", str(project), env=FAST)
     assert b"date '2026-13-45' is not a date of the calendar" in listed.stderr
+
+
+@pytest.mark.skipif(sys.platform in ("darwin", "win32"), reason="file names there are always Unicode")
+def test_a_project_folder_whose_name_is_not_utf8(tmp_path, memsift_home):
+    """A folder name of raw bytes (a Latin-1 archive unpacked on Linux): notes add, list,
+    status, doctor and the prompt hook work, and the notes file stays UTF-8."""
+    project = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    (project / ".git").mkdir(parents=True)
+    run = lambda *args: subprocess.run([sys.executable, "-m", "memsift", *args], cwd=project,  # noqa: E731
+                                       capture_output=True, timeout=120)
+    added = run("notes", "add", "--kind", "decision", "--date", "2026-09-01",
+                "Payment provider: we chose Adyen over Stripe for SEPA direct debit.")
+    assert added.returncode == 0, added.stderr
+    notes = next((memsift_home / "projects").glob("caf-*/notes.md"))
+    notes.read_bytes().decode("utf-8")  # strict: the file is UTF-8
+    listed = run("notes", "list")
+    assert listed.returncode == 0 and b"N001" in listed.stdout and not listed.stderr, listed.stderr
+    for args in (("status",), ("doctor",)):
+        done = run(*args)
+        assert b"Traceback" not in done.stderr + done.stdout, done.stderr
+    hook = subprocess.run([sys.executable, "-m", "memsift", "hook", "user-prompt-submit"], cwd=project,
+                          input=json.dumps({"session_id": "s", "transcript_path": "", "cwd": os.fsdecode(project),
+                                            "hook_event_name": "UserPromptSubmit",
+                                            "prompt": "why did we pick Adyen?"}, ensure_ascii=True).encode(),
+                          capture_output=True, timeout=120)
+    assert hook.returncode == 0 and b"Traceback" not in (memsift_home / "logs" / "hook.log").read_bytes()
