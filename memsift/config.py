@@ -89,9 +89,15 @@ def project_root(cwd: str | os.PathLike[str]) -> Path:
     return start
 
 
+def name_text(name: str) -> str:
+    """A file or folder name as text to write or store: bytes of a name that is not UTF-8
+    (which Python keeps as surrogate escapes, PEP 383) become U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def project_dir(root: Path, home: Path | None = None) -> Path:
     """The folder holding one project's notes and index: `<home>/projects/<name>-<hash8>`."""
-    # surrogateescape: a folder name that is not UTF-8 (its bytes as the file system gave them)
+    # surrogateescape: a folder name that is not UTF-8 hashes as the bytes the file system gave
     digest = hashlib.sha1(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:8]
     name = re.sub(r"[^\w.-]+", "-", root.name or "root").strip("-") or "root"
     return (home or memsift_home()) / "projects" / f"{name}-{digest}"

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from .config import name_text
+
 KINDS = ("decision", "constraint", "incident", "convention", "context")
 _HEADER = re.compile(
     r"^## +(?P<id>[A-Za-z0-9][\w.-]*) +· +(?P<date>\d{4}-\d{2}-\d{2}) +· +(?P<kind>\w+)"
@@ -144,7 +146,7 @@ def _real_date(text: str) -> bool:
 def default_preamble(title: str) -> str:
     """The first lines of a new notes file, for the project `title` (its folder's name; bytes
     of a name that is not UTF-8 are written as U+FFFD, so that the file is)."""
-    title = title.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    title = name_text(title)
     return "\n".join([
         f"# memsift notes: {title}",
         "",

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import open_state, read_state
+from .config import name_text, open_state, read_state
 
 
 class RunLog:
@@ -45,7 +45,7 @@ class RunLog:
                notices: list[str] = (), error: str | None = None) -> int:
         """Add one run; its number. A folder name that is not UTF-8 (`project`) is stored with
         U+FFFD for its undecodable bytes."""
-        project = project.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        project = name_text(project)
         with self.db:
             cur = self.db.execute(
                 "INSERT INTO runs (at, event, session, project, prompt_chars, genre, pasted, chars, ms, trace, notices, "
