@@ -1,5 +1,6 @@
 """The `memsift` command: `hook` (what the hosts run), `capture`, `eval`, `recall`, `notes`,
-`install` / `uninstall`, `status`, `log`, `why`, `pause` / `resume`, `doctor`, `sync`, `serve`.
+`install` / `uninstall`, `status`, `log`, `why`, `pause` / `resume`, `doctor`, `sync`, `serve`,
+`mcp`.
 
 Heavy modules are imported inside each command, so `memsift hook` starts fast.
 """
@@ -135,8 +136,10 @@ def _log(args: argparse.Namespace) -> int:
         print("no hook runs logged yet")
     for r in rows:
         when = dt.datetime.fromtimestamp(r["at"]).strftime("%m-%d %H:%M:%S")
+        label = r["genre"] if r["event"] == "user-prompt-submit" else r["event"]  # a tool call: "mcp memsift_search"
         what = (f"error in {r['event']}: {r['error']}" if r["error"]
-                else f"{r['genre'] or '-':<22} pasted {','.join(r['pasted'] or []) or '-'}")
+                else f"{label or '-':<22} {'pasted' if r['event'] == 'user-prompt-submit' else 'gave'} "
+                     f"{','.join(r['pasted'] or []) or '-'}")
         print(f"{r['id']:>5}  {when}  {(r['session'] or '')[:8]:<8}  {what}  {r['ms']:.0f} ms")
     return 0
 
@@ -186,6 +189,12 @@ _LOG_FILE = {"capture": "capture.log"}
 #: Commands that work without a current folder (deleted under the shell): they say so
 #: (capture takes the project from the transcript).
 _CWD_OPTIONAL = {"status", "doctor", "capture"}
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from .mcpserver import serve
+
+    return serve(args.project)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -592,6 +601,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle", type=float, default=None, help="exit after this many seconds without a request "
                    "(default MEMSIFT_SERVE_IDLE, else 1800)")
     p.set_defaults(func=_serve)
+
+    p = sub.add_parser("mcp", help="the agent's memory tools (memsift_search, _show, _remember, _forget) as a "
+                                   "stdio MCP server (started by the host)")
+    p.add_argument("--project", default=None, help="a folder of the project (default: $CLAUDE_PROJECT_DIR, else here)")
+    p.set_defaults(func=_mcp)
 
     p = sub.add_parser("doctor", help="check the hooks, this Python, the services and the host's memory file")
     p.add_argument("--project", default=None, help="a folder of the project (default: here)")

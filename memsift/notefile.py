@@ -10,7 +10,12 @@ Layout of `notes.md` (one section per note; everything else is ignored)::
     ## N03 · 2026-06-02 · decision · session 5e1f0c2a · superseded by N07
     Payments go through Stripe ...
 
-A note captured from a session names it (`session <id>`); one added by hand does not.
+    ## N02 · 2026-05-11 · context · retired 2026-09-30
+    The staging cluster is down for the migration ...
+
+A note captured from a session names it (`session <id>`); one added by hand does not. A
+retired note (`retired <date>`: the agent's `memsift_forget`, undone with `memsift notes
+undo`) stays in the file, and is never searched or pasted.
 
 This module only reads and writes that text (`parse_markdown`, `render_markdown`,
 `check_note`) and writes files atomically; `notes.NoteStore` owns the files and the index,
@@ -35,7 +40,8 @@ KINDS = ("decision", "constraint", "incident", "convention", "context")
 _HEADER = re.compile(
     r"^## +(?P<id>[A-Za-z0-9][\w.-]*) +· +(?P<date>\d{4}-\d{2}-\d{2}) +· +(?P<kind>\w+)"
     r"(?: +· +session +(?P<session>[\w.-]+))?"
-    r"(?: +· +superseded by +(?P<by>[A-Za-z0-9][\w.-]*))? *$"
+    r"(?: +· +superseded by +(?P<by>[A-Za-z0-9][\w.-]*))?"
+    r"(?: +· +retired +(?P<retired>\d{4}-\d{2}-\d{2}))? *$"
 )
 #: Characters a note may hold when written through memsift (`check_note`), and of a longer
 #: note edited in by hand that the index keeps (`indexed_text`). A note is what is pasted:
@@ -52,7 +58,8 @@ class NotesFormatError(ValueError):
 @dataclass(frozen=True)
 class Note:
     """One note. `session` is the host session it was captured from (None when added by
-    hand); `superseded_by` is the id of the newer note that replaces it, if any."""
+    hand); `superseded_by` is the id of the newer note that replaces it, if any; `retired`
+    the date (YYYY-MM-DD) it was retired on, if it was."""
 
     id: str
     date: str
@@ -60,10 +67,12 @@ class Note:
     text: str
     superseded_by: str | None = None
     session: str | None = None
+    retired: str | None = None
 
     @property
     def active(self) -> bool:
-        return self.superseded_by is None
+        """Neither superseded nor retired: a note recall may search and paste."""
+        return self.superseded_by is None and self.retired is None
 
 
 @dataclass(frozen=True)
@@ -116,8 +125,8 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
             problem = f"{source}:{lineno}: expected '## <id> · <YYYY-MM-DD> · <kind>', got {line!r}"
         elif m and m["kind"] not in KINDS:
             problem = f"{source}:{lineno}: kind {m['kind']!r} is not one of {', '.join(KINDS)}"
-        elif m and not _real_date(m["date"]):
-            problem = f"{source}:{lineno}: date {m['date']!r} is not a date of the calendar"
+        elif m and not all(_real_date(d) for d in (m["date"], m["retired"]) if d):
+            problem = f"{source}:{lineno}: date {next(d for d in (m['date'], m['retired']) if d and not _real_date(d))!r} is not a date of the calendar"
         if problem:
             if strict:
                 raise NotesFormatError(problem)
@@ -126,7 +135,7 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
         if m:
             close()
             current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"],
-                             "session": m["session"], "line": lineno}, []
+                             "session": m["session"], "retired": m["retired"], "line": lineno}, []
         elif current is not None:
             body.append(line)
         else:
@@ -151,7 +160,7 @@ def default_preamble(title: str) -> str:
         f"# memsift notes: {title}",
         "",
         "<!-- One section per note. Edit the text freely; keep each header line's shape:",
-        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · session <id>][ · superseded by <id>]",
+        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · session <id>][ · superseded by <id>][ · retired <YYYY-MM-DD>]",
         "     Text above the first note is kept as it is. -->",
     ])
 
@@ -165,6 +174,8 @@ def render_markdown(preamble: str, notes: Iterable[Note]) -> str:
             head += f" · session {n.session}"
         if n.superseded_by:
             head += f" · superseded by {n.superseded_by}"
+        if n.retired:
+            head += f" · retired {n.retired}"
         out += ["", head, n.text.strip()]
     return "\n".join(out) + "\n"
 

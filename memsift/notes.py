@@ -396,8 +396,8 @@ class NoteStore:
                 ids = {n.id for n in notes}
                 db.executemany(
                     "INSERT INTO notes (id, date, kind, superseded_by, text, sha, vector) VALUES (?,?,?,?,?,?,?)",
-                    [  # a link to a note deleted by hand no longer hides anything
-                        (n.id, n.date, n.kind, n.superseded_by if n.superseded_by in ids else None,
+                    [  # a link to a note deleted by hand no longer hides anything; a retired note is hidden
+                        (n.id, n.date, n.kind, n.superseded_by if n.superseded_by in ids else "retired" if n.retired else None,
                          self._masked_text(indexed_text(n)), text_hash(indexed_text(n)),
                          np.asarray(vectors[text_hash(indexed_text(n))], dtype=np.float32).tobytes())
                         for n in rows
@@ -454,8 +454,10 @@ class NoteStore:
             self.stale = True
         return self.index_path if self.index_path.exists() else None
 
-    def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset()) -> NoteHits:
-        """Active notes not in `exclude`, ranked by `backends.sqlite.hybrid_search`.
+    def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset(),
+               superseded: bool = False) -> NoteHits:
+        """Active notes not in `exclude` (and superseded ones too when `superseded`; never a
+        retired one), ranked by `backends.sqlite.hybrid_search`.
 
         The background is the median cosine over those notes. Sets `stale` when the index
         lags the Markdown (see `_fresh_index`). Raises `NotesFormatError` if the Markdown
@@ -471,6 +473,7 @@ class NoteStore:
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
                 rows = db.execute(
                     "SELECT rowid, id, date, kind, text, vector FROM notes WHERE superseded_by IS NULL"
+                    + (" OR superseded_by != 'retired'" if superseded else "")
                 ).fetchall()
                 rows = [r for r in rows if r[1] not in exclude]
                 if not rows:

@@ -273,6 +273,40 @@ class Recaller:
                              s.passage_threshold, s.max_passages, context, trace, t0)
         return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
 
+    def lookup(self, message: str, limit: int, max_chars: int, superseded: bool = False,
+               threshold: float | None = None) -> Recall:
+        """What the agent asked for (the MCP tool `memsift_search`): the notes and passages
+        that answer `message`, judged as the cascade judges them but without its genre and
+        topic gates (the agent decided a lookup is due) and without the session's ledger
+        (it asked again). At most `limit` items, best first by P(answers), rendered within
+        `max_chars`; `superseded` notes are judged too (the caller frames them as such).
+        An item passes at `threshold` when given, else at the tier's threshold of the
+        settings. `Recall.genre` is None; the trace has one step per tier, with each
+        candidate's P(answers).
+        """
+        start = time.perf_counter()
+        s, trace = self.settings, []
+        qvec = self.encoder.query([message])[0]
+        t0 = time.perf_counter()
+        hits = self.notes.search(qvec, message, max(s.note_shortlist, limit), superseded=superseded)
+        items = [Item(n.id, "note", n.date, n.text, n.kind) for n in hits.notes]
+        chosen = self._judge("note_answers", message, items, hits.vectors, (hits.background, hits.count), qvec,
+                             s.note_threshold if threshold is None else threshold, limit, set(), trace, t0)
+        if self.backend is not None and len(chosen) < limit:
+            t0 = time.perf_counter()
+            try:
+                found = self.backend.search(message, qvec, max(s.passage_shortlist, limit), s.backend_budget_s)
+            except BackendUnavailable as exc:
+                self._step(trace, "passages", t0, error=str(exc))
+            else:
+                items = [Item(p.id, "passage", p.date, p.text) for p in found.passages]
+                background = (found.background, found.count) if found.background is not None else None
+                chosen += self._judge("passage_answers", message, items, found.vectors, background, qvec,
+                                      s.passage_threshold if threshold is None else threshold,
+                                      limit - len(chosen), set(), trace, t0)
+        text, pasted = render(chosen, max_chars)
+        return Recall(None, pasted, text, trace, (time.perf_counter() - start) * 1000)
+
     def _judge(
         self, question_id: str, message: str, items: list[Item], vectors: np.ndarray | None,
         background: tuple[float, int] | None, qvec: np.ndarray, threshold: float, most: int,

@@ -99,8 +99,22 @@ class Supersede(_Op):
     op: ClassVar[str] = "supersede"
 
 
-Op = Replace | Delete | Supersede
-_OPS: dict[str, type[Op]] = {cls.op: cls for cls in (Replace, Delete, Supersede)}
+@dataclass(frozen=True)
+class Retire(_Op):
+    """Mark note `note` retired on `date` (YYYY-MM-DD) for `reason`: `· retired <date>` at the
+    end of its header. Only the agent's `memsift_forget` (`tools.forget`) retires; `protect`
+    refuses it from a reviser."""
+
+    note: str
+    date: str
+    reason: str
+    op: ClassVar[str] = "retire"
+
+
+Op = Replace | Delete | Supersede | Retire
+_OPS: dict[str, type[Op]] = {cls.op: cls for cls in (Replace, Delete, Supersede, Retire)}
+#: The retirement at the end of a retired note's header.
+_RETIRED = re.compile(r" +· +retired +\S+ *$")
 
 
 @dataclass(frozen=True)
@@ -247,8 +261,21 @@ def _check_op(op: Op, f: _File, notes: dict[str, Note]) -> tuple[int, str | None
         for nid, role in ((op.note, "already"), (op.by, "itself")):
             if notes[nid].superseded_by in notes:  # a link to a note deleted by hand hides nothing
                 raise RevisionError(f"{nid} is {role} superseded by {notes[nid].superseded_by}")
+            if notes[nid].retired:
+                raise RevisionError(f"{nid} is retired")
         i = f.spans[op.note].start
         return i, _LINK.sub("", f.content[i].rstrip()) + f" · superseded by {op.by}"
+    if isinstance(op, Retire):
+        if op.note not in notes:
+            raise RevisionError(f"there is no note {op.note}")
+        if notes[op.note].retired:
+            raise RevisionError(f"{op.note} is already retired (on {notes[op.note].retired})")
+        try:
+            dt.date.fromisoformat(op.date)
+        except ValueError:
+            raise RevisionError(f"date {op.date!r} is not YYYY-MM-DD") from None
+        i = f.spans[op.note].start
+        return i, f.content[i].rstrip() + f" · retired {op.date}"
     if not 1 <= op.line <= len(f.content):
         raise RevisionError(f"line {op.line} does not exist (the file has {len(f.content)} lines)")
     i = op.line - 1
@@ -327,6 +354,9 @@ def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
         if isinstance(op, Supersede):
             check_link(k, op, op.note, op.by)
             continue
+        if isinstance(op, Retire):
+            raise RevisionError(f"op {k} {op}: no reviser retires a note (the agent's memsift_forget does, "
+                                f"when asked)")
         if not 1 <= op.line <= len(f.content):
             continue  # apply_ops checks the rest
         i = op.line - 1
@@ -430,7 +460,7 @@ def undo(store: Store, revision: str | None = None) -> Revision:
 def _inverse(text: str, before: str, rev: Revision) -> tuple[str, list[Op]]:
     """`text` with revision `rev` (made on `before`) taken back, and the line ops that did it.
 
-    A `supersede` loses its link; a `replace` puts the old line back where the new one still
+    A `supersede` loses its link, a `retire` its retirement; a `replace` puts the old line back where the new one still
     stands in the same note; a run of deleted lines goes back after the line that preceded it
     in `before`, or at the end of the file when that line is gone.
 
@@ -449,6 +479,14 @@ def _inverse(text: str, before: str, rev: Revision) -> tuple[str, list[Op]]:
                 raise RevisionError(f"{op.note} is no longer superseded by {op.by}")
             h = now.spans[op.note].start
             inverse.append(Replace(h + 1, now.content[h], _LINK.sub("", now.content[h])))
+        elif isinstance(op, Retire):
+            note = next((n for n in now.parsed.notes if n.id == op.note), None)
+            if note is None:
+                continue  # deleted since: nothing left to bring back
+            if note.retired != op.date:
+                raise RevisionError(f"{op.note} is no longer retired on {op.date}")
+            h = now.spans[op.note].start
+            inverse.append(Replace(h + 1, now.content[h], _RETIRED.sub("", now.content[h])))
         elif isinstance(op, Replace):
             nid = owner_was.get(op.line - 1)
             span = now.spans.get(nid, range(0)) if nid else range(len(now.content))
