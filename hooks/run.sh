@@ -13,31 +13,7 @@
 # stale, setup.sh builds it in the background, detached (the session does not wait; the
 # hooks stay silent until it is ready).
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(dirname "$here")"
-data="${CLAUDE_PLUGIN_DATA:-${PLUGIN_DATA:-}}"
-
-# A Python on PATH: python3, python, or the Windows launcher `py -3` (Git Bash).
-system_python() {
-    for candidate in python3 python; do
-        command -v "$candidate" >/dev/null 2>&1 && { py=("$candidate"); return 0; }
-    done
-    command -v py >/dev/null 2>&1 && { py=(py -3); return 0; }
-    return 1
-}
-
-venv_python=""
-if [ -n "$data" ] && [ -f "$data/venv-current" ]; then
-    venv_python="$(cat "$data/venv-current")/bin/python"
-    [ -x "$venv_python" ] || venv_python=""
-fi
-
-py=()
-if [ -n "${MEMSIFT_PYTHON:-}" ] && [ -x "$MEMSIFT_PYTHON" ]; then
-    py=("$MEMSIFT_PYTHON")
-elif [ -n "$venv_python" ]; then
-    py=("$venv_python")
-fi
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/find-python.sh"
 
 # Session start: (re)build the plugin's venv if it is missing or stale. setup.sh returns at
 # once when it is current, and runs detached, so the session never waits for it.

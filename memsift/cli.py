@@ -370,7 +370,8 @@ def _notes_list(args: argparse.Namespace) -> int:
     print(f"# {store.markdown}")
     flagged = 0
     for n in notes:
-        status = f" (superseded by {n.superseded_by})" if n.superseded_by else ""
+        status = (f" (superseded by {n.superseded_by})" if n.superseded_by else "") + (
+            f" (retired {n.retired})" if n.retired else "")
         finding = instruction_in(n.text)  # the part of the note a paste would read
         forged = escape_stored(n.text) != n.text
         mark = "! " if finding or forged else ""
@@ -400,7 +401,8 @@ def _notes_show(args: argparse.Namespace) -> int:
         return 1
     n = notes[args.id]
     print(f"{n.id} · {n.date} · {n.kind}" + (f" · session {n.session}" if n.session else "")
-          + (f" · superseded by {n.superseded_by} (never pasted)" if n.superseded_by else ""))
+          + (f" · superseded by {n.superseded_by} (never pasted)" if n.superseded_by else "")
+          + (f" · retired {n.retired} (never searched or pasted; `memsift notes undo` brings it back)" if n.retired else ""))
     print(_printable(n.text))
     for other in notes.values():
         if other.superseded_by == n.id:

@@ -1,6 +1,7 @@
 """Host hooks: `user-prompt-submit` recalls; `stop`, `pre-compact`, `session-end` and
 `session-start` start a capture (Claude Code's events of the same names; Codex has the
-first, second and last).
+first, second and last); `session-start` also adds one line of context when the project
+has notes (how many, and that `memsift_search` searches them: `tools.session_line`).
 
 The contract (research note `hosts.md`, sections B2-B5 and F): the host writes one JSON
 object on stdin (`session_id`, `transcript_path`, `cwd`, `prompt`, ...); the hook prints
@@ -217,6 +218,17 @@ def passage_backend(folder: Path, model, home: Path, cognee) -> tuple[Any, Any, 
     return backend, breakers, stale
 
 
+def session_line(payload: dict[str, Any], home: Path) -> str | None:
+    """The session's one line of context about memsift's tools (`tools.session_line`): None
+    when the project has no active notes, or memsift is paused for the session."""
+    from .runlog import paused
+    from .tools import session_line as line
+
+    if not Path(payload["cwd"]).is_dir() or paused(home, str(payload.get("session_id") or "")):
+        return None
+    return line(project_dir(project_root(payload["cwd"]), home))
+
+
 #: Capture events: whether the session's last exchange is complete when they fire.
 CAPTURE_EVENTS = {"stop": False, "pre-compact": True, "session-end": True, "session-start": True}
 
@@ -287,9 +299,13 @@ def respond(event: str, raw: bytes, home: Path, models: dict | None = None) -> b
     out = b""
     try:
         if event in CAPTURE_EVENTS:
-            command = start_capture(parse_input(raw, ("cwd",)), event, home)
+            payload = parse_input(raw, ("cwd",))
+            command = start_capture(payload, event, home)
             if command:
                 log.info("hook %s: started %s", event, " ".join(command[2:]))
+            if event == "session-start" and (line := session_line(payload, home)):
+                out = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": line}},
+                                 ensure_ascii=True).encode("ascii")
         elif event == "user-prompt-submit":
             context, notices = user_prompt_submit(parse_input(raw), home, models)
             if context:

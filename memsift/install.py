@@ -12,6 +12,13 @@ for users who installed memsift with pip instead of a plugin marketplace.
   `uninstall` puts them back exactly when the file has not changed since, and otherwise
   removes only memsift's entries.
 - Codex runs a hook only once the user trusted it (`/hooks` in the TUI); `install` says so.
+- The MCP server (`memsift mcp`, the agent's memory tools) is registered beside the hooks,
+  as the host's own `mcp add` command would at user scope: Claude Code's
+  `~/.claude.json` (`$CLAUDE_CONFIG_DIR/.claude.json`), key `mcpServers.memsift`; Codex's
+  `$CODEX_HOME/config.toml`, table `[mcp_servers.memsift]` (research note `hosts.md`, D3),
+  edited with tomlkit so that the user's comments and layout stay. `uninstall` removes
+  exactly that entry, and only when it is memsift's (its arguments run `-m memsift mcp`);
+  a `memsift` entry of the user's own is never touched.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ EVENTS = (
 )
 MARK = "-m memsift hook"
 HOSTS = ("claude", "codex")
+#: The MCP server's arguments after the Python, and what marks an entry as memsift's.
+MCP_ARGS = ("-P", "-m", "memsift", "mcp")
+MCP_MARK = "-m memsift mcp"
 
 
 class InstallError(ValueError):
@@ -52,6 +62,103 @@ def settings_path(host: str, env: Mapping[str, str] | None = None) -> Path:
     if host == "codex":
         return Path(env.get("CODEX_HOME") or home / ".codex") / "hooks.json"
     raise InstallError(f"unknown host {host!r}: use claude or codex")
+
+
+def mcp_path(host: str, env: Mapping[str, str] | None = None) -> Path:
+    """The user file the host reads MCP servers from, for `host` ("claude" or "codex")."""
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    if host == "claude":
+        return Path(env.get("CLAUDE_CONFIG_DIR") or home) / ".claude.json"
+    if host == "codex":
+        return Path(env.get("CODEX_HOME") or home / ".codex") / "config.toml"
+    raise InstallError(f"unknown host {host!r}: use claude or codex")
+
+
+def _mcp_ours(entry: object) -> bool:
+    return isinstance(entry, Mapping) and MCP_MARK in " ".join(str(a) for a in entry.get("args") or [])
+
+
+def _read_mcp(host: str, path: Path):
+    """(bytes or None, parsed document: a dict for Claude, a tomlkit document for Codex)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raw = None
+    text = (raw or b"").decode("utf-8-sig", "strict") if raw is not None else ""
+    if host == "claude":
+        try:
+            data = json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            raise InstallError(f"{path} is not JSON ({exc}); fix it first, memsift left it as it was") from None
+        if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
+            raise InstallError(f"{path}: expected a JSON object whose 'mcpServers' is an object; left as it was")
+        return raw, data
+    import tomlkit  # lazy: only install and uninstall of Codex read TOML
+    from tomlkit.exceptions import TOMLKitError
+
+    try:
+        doc = tomlkit.parse(text)
+    except TOMLKitError as exc:
+        raise InstallError(f"{path} is not TOML ({exc}); fix it first, memsift left it as it was") from None
+    if not isinstance(doc.get("mcp_servers", {}), Mapping):
+        raise InstallError(f"{path}: 'mcp_servers' is not a table; left as it was")
+    return raw, doc
+
+
+def add_mcp(host: str, env: Mapping[str, str] | None = None, python: str = sys.executable) -> str:
+    """Register `memsift mcp` (run by `python`) in the host's user MCP servers; a message.
+    Idempotent; an entry named memsift that is not memsift's is left as it is (said so).
+
+    Raises `InstallError` when the file cannot be parsed (it is not touched).
+    """
+    path = mcp_path(host, env)
+    raw, doc = _read_mcp(host, path)
+    key = "mcpServers" if host == "claude" else "mcp_servers"
+    current = (doc.get(key) or {}).get("memsift")
+    if current is not None and not _mcp_ours(current):
+        return f"{path} already has an MCP server named memsift that is not memsift's own: left as it is"
+    if host == "claude":
+        entry = {"type": "stdio", "command": python, "args": list(MCP_ARGS), "env": {}}
+        if current == entry:
+            return f"memsift's MCP server is already in {path}"
+        doc.setdefault("mcpServers", {})["memsift"] = entry
+        text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    else:
+        import tomlkit
+
+        if current is not None and current.get("command") == python and list(current.get("args") or []) == list(MCP_ARGS):
+            return f"memsift's MCP server is already in {path}"
+        table = tomlkit.table()
+        table["command"] = python
+        table["args"] = list(MCP_ARGS)
+        if "mcp_servers" not in doc:
+            doc["mcp_servers"] = tomlkit.table(is_super_table=True)
+        doc["mcp_servers"]["memsift"] = table
+        text = tomlkit.dumps(doc)
+    atomic_write(path, text)
+    return f"memsift's MCP server (memsift_search, _show, _remember, _forget) added to {path}"
+
+
+def remove_mcp(host: str, env: Mapping[str, str] | None = None) -> str:
+    """Remove memsift's MCP server entry from the host's user file, and nothing else; a message."""
+    path = mcp_path(host, env)
+    raw, doc = _read_mcp(host, path)
+    key = "mcpServers" if host == "claude" else "mcp_servers"
+    servers = doc.get(key)
+    if raw is None or not servers or not _mcp_ours(servers.get("memsift")):
+        return f"no memsift MCP server in {path}"
+    del servers["memsift"]
+    if not servers:
+        del doc[key]
+    if host == "claude":
+        text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    else:
+        import tomlkit
+
+        text = tomlkit.dumps(doc).rstrip("\n") + "\n" if doc else ""
+    atomic_write(path, text)
+    return f"memsift's MCP server removed from {path}"
 
 
 def hook_groups(host: str, python: str = sys.executable) -> dict[str, list[dict]]:
@@ -118,10 +225,25 @@ def _record_path(host: str, home: Path) -> Path:
 
 
 def install(host: str, home: Path, env: Mapping[str, str] | None = None, python: str = sys.executable) -> str:
-    """Add memsift's hooks to the host's settings; a message for the user. Idempotent.
+    """Add memsift's hooks to the host's settings and its MCP server to the host's user MCP
+    servers (`add_mcp`); a message for the user, a line each. Idempotent.
 
-    Raises `InstallError` when the settings file is not a JSON object (it is not touched).
+    Raises `InstallError` when either file cannot be parsed (then neither is touched).
     """
+    _read_mcp(host, mcp_path(host, env))  # a file that cannot be edited: say so before anything changes
+    return _install_hooks(host, home, env, python) + "\n" + add_mcp(host, env, python)
+
+
+def uninstall(host: str, home: Path, env: Mapping[str, str] | None = None) -> str:
+    """Remove memsift's hooks from the host's settings (`_uninstall_hooks`) and its MCP server
+    entry (`remove_mcp`); a message for the user, a line each."""
+    _read_mcp(host, mcp_path(host, env))
+    return _uninstall_hooks(host, home, env) + "\n" + remove_mcp(host, env)
+
+
+def _install_hooks(host: str, home: Path, env: Mapping[str, str] | None, python: str) -> str:
+    """Add memsift's hooks to the host's settings; a message. Raises `InstallError` when the
+    settings file is not a JSON object (it is not touched)."""
     path = settings_path(host, env)
     raw, data = _read(path)
     hooks = _without_ours(data).get("hooks", {})
@@ -149,9 +271,9 @@ def install(host: str, home: Path, env: Mapping[str, str] | None = None, python:
     return message
 
 
-def uninstall(host: str, home: Path, env: Mapping[str, str] | None = None) -> str:
-    """Remove memsift's hooks from the host's settings; a message for the user. When the file
-    has not changed since `install`, its bytes from before are put back exactly."""
+def _uninstall_hooks(host: str, home: Path, env: Mapping[str, str] | None) -> str:
+    """Remove memsift's hooks from the host's settings; a message. When the file has not
+    changed since `install`, its bytes from before are put back exactly."""
     path = settings_path(host, env)
     record_path = _record_path(host, home)
     record = json.loads(record_path.read_text()) if record_path.exists() else None

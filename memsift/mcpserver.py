@@ -47,7 +47,7 @@ def build(workspace: tools.Workspace):
         except tools.ToolError as exc:  # the agent reads why, as an error result
             raise ToolError(str(exc)) from None
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @server.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
     def memsift_search(
         query: Annotated[str, Field(description="What you want to know, in any language: a question "
                                                 "('why did we drop Redis?'), a proposal to check against "
@@ -65,7 +65,7 @@ def build(workspace: tools.Workspace):
         """
         return call(tools.search, query, limit, include_superseded)
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @server.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
     def memsift_show(
         id: Annotated[str, Field(description="A note id, as in a search result's frame (e.g. N007).")],
     ) -> str:
@@ -73,7 +73,7 @@ def build(workspace: tools.Workspace):
         why), the notes it supersedes, and its text (secrets masked)."""
         return call(tools.show, id)
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
+    @server.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
                                              openWorldHint=False))
     def memsift_remember(
         kind: Annotated[str, Field(description="decision (a choice and its reason), constraint (a rule that "
@@ -90,7 +90,7 @@ def build(workspace: tools.Workspace):
         constraint or fix that would spare redoing work."""
         return call(tools.remember, kind, text)
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
+    @server.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
                                              openWorldHint=False))
     def memsift_forget(
         id: Annotated[str, Field(description="The id of the note to retire (e.g. N007).")],

@@ -61,6 +61,56 @@ def _stream_events(model: str) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+def _tool_use_events(model: str, name: str, arguments: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A streamed Messages API response that calls tool `name` with `arguments`."""
+    start = dict(_message(model), content=[], stop_reason=None, usage={"input_tokens": 10, "output_tokens": 1})
+    return [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": name, "input": {}}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "input_json_delta", "partial_json": json.dumps(arguments)}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                           "usage": {"output_tokens": 5}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def _has_tool_result(messages: Any) -> bool:
+    return any(isinstance(m, dict) and isinstance(m.get("content"), list)
+               and any(isinstance(b, dict) and b.get("type") in ("tool_result", "function_call_output") for b in m["content"])
+               for m in messages or []) or any(isinstance(m, dict) and m.get("type") == "function_call_output"
+                                               for m in messages or [])
+
+
+def _responses_call_events(model: str, name: str, arguments: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A Responses API stream whose one output item calls function `name` with `arguments`."""
+    item = {"type": "function_call", "id": "fc_fake1", "call_id": "call_fake1", "name": name,
+            "arguments": json.dumps(arguments), "status": "completed"}
+    resp = {"id": "resp_fake", "object": "response", "created_at": 0, "status": "completed", "model": model,
+            "output": [item], "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                                        "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
+                                        "total_tokens": 13}}
+    return [
+        ("response.created", {"type": "response.created", "response": dict(resp, status="in_progress", output=[])}),
+        ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0,
+                                        "item": dict(item, status="in_progress", arguments="")}),
+        ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ("response.completed", {"type": "response.completed", "response": resp}),
+    ]
+
+
+def _tool_named(tools: Any, suffix: str) -> str | None:
+    """The name of the first tool in a request's `tools` whose name ends with `suffix`."""
+    for t in tools or []:
+        if isinstance(t, dict):
+            name = t.get("name") or (t.get("function") or {}).get("name")
+            if isinstance(name, str) and name.endswith(suffix):
+                return name
+    return None
+
+
 def _responses_events(model: str) -> list[tuple[str, dict[str, Any]]]:
     """One assistant message as the OpenAI Responses API streams it (the research note
     hostcli.md, appendix A: enough for `codex exec`)."""
@@ -134,12 +184,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"input_tokens": 10})
         elif path.endswith("/v1/messages"):
             model = body.get("model", "fake") if isinstance(body, dict) else "fake"
-            if isinstance(body, dict) and body.get("stream"):
+            call = self.server.tool_call
+            name = _tool_named(body.get("tools"), call[0]) if call and isinstance(body, dict) else None
+            if name and not _has_tool_result(body.get("messages")):
+                self._send_sse(_tool_use_events(model, name, call[1]))
+            elif isinstance(body, dict) and body.get("stream"):
                 self._send_sse(_stream_events(model))
             else:
                 self._send_json(200, _message(model))
         elif path.endswith("/responses"):  # OpenAI Responses API, as Codex streams it
-            self._send_sse(_responses_events(body.get("model", "fake") if isinstance(body, dict) else "fake"))
+            model = body.get("model", "fake") if isinstance(body, dict) else "fake"
+            call = self.server.tool_call
+            name = _tool_named(body.get("tools"), call[0]) if call and isinstance(body, dict) else None
+            if name and not _has_tool_result(body.get("input")):
+                self._send_sse(_responses_call_events(model, name, call[1]))
+            else:
+                self._send_sse(_responses_events(model))
         else:
             self._not_found()
 
@@ -152,9 +212,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int, log_path: Path) -> None:
+    def __init__(self, port: int, log_path: Path, tool_call: tuple[str, dict[str, Any]] | None = None) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.log_path = log_path
+        self.tool_call = tool_call
         self._lock = threading.Lock()
 
     def record(self, entry: dict[str, Any]) -> None:
@@ -163,12 +224,18 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeAnthropicAPI:
-    """Runs the fake server in a background thread on a free loopback port."""
+    """Runs the fake server in a background thread on a free loopback port.
 
-    def __init__(self, log_path: Path | str, port: int = 0) -> None:
+    `tool_call` = (name suffix, arguments) scripts one tool call: a model request that offers
+    a tool whose name ends with the suffix, and holds no tool result yet, is answered by a
+    call of that tool with those arguments; the request after it (with the result) gets the
+    canned text.
+    """
+
+    def __init__(self, log_path: Path | str, port: int = 0, tool_call: tuple[str, dict[str, Any]] | None = None) -> None:
         self.log_path = Path(log_path)
         self.log_path.touch()
-        self._server = _Server(port, self.log_path)
+        self._server = _Server(port, self.log_path, tool_call)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)
 
