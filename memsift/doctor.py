@@ -7,7 +7,8 @@ load limits (Claude Code loads only the first 200 lines or 25 KB of `MEMORY.md`,
 comes first: `hosts.md`, B7), naming the first line that would be cut; memsift's home takes
 a write (a probe file written atomically, then removed: a read-only or full home stops
 every capture and log); the warm server, if one runs, would answer a prompt hook of this
-install; and the project's notes file reads, each problem with its line.
+install; the MCP server (`memsift mcp`) starts and lists its four tools, and where it is
+registered; and the project's notes file reads, each problem with its line.
 """
 
 from __future__ import annotations
@@ -130,6 +131,51 @@ def server_check(home: Path) -> tuple[bool, str]:
                   f"max RSS {got['max_rss_mb']:.0f} MB")
 
 
+#: Seconds `mcp_check` gives the MCP server to start and list its tools.
+MCP_TIMEOUT_S = 30.0
+MCP_TOOLS = ["memsift_forget", "memsift_remember", "memsift_search", "memsift_show"]
+
+
+def mcp_check(cwd: Path | None, env: Mapping[str, str], home: Path, plugin: bool) -> tuple[bool, str]:
+    """Whether `memsift mcp`, run by this Python in the project's folder, starts and lists
+    memsift's tools through the MCP SDK's client (within `MCP_TIMEOUT_S`), and where the
+    hosts find it: the plugin (`.mcp.json`), `~/.claude.json`, `~/.codex/config.toml`."""
+    import asyncio
+    import os
+
+    from .install import HOSTS, _mcp_ours, _read_mcp, mcp_path
+
+    where = ["the Claude Code plugin"] if plugin else []
+    for host in HOSTS:
+        path = mcp_path(host, env)
+        try:
+            _, doc = _read_mcp(host, path)
+        except InstallError:
+            continue
+        if _mcp_ours((doc.get("mcpServers" if host == "claude" else "mcp_servers") or {}).get("memsift")):
+            where.append(str(path))
+    registered = f"registered in {', '.join(where)}" if where else "registered nowhere (`memsift install claude|codex`)"
+    try:
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters
+    except ImportError as exc:
+        return False, f"MCP server: the MCP SDK cannot be imported ({exc}); reinstall memsift"
+
+    async def names() -> list[str]:
+        params = StdioServerParameters(command=sys.executable, args=["-P", "-m", "memsift", "mcp"],
+                                       cwd=str(cwd or home), env={**os.environ, "MEMSIFT_HOME": str(home)})
+        async with Client(params, read_timeout_seconds=MCP_TIMEOUT_S) as client:
+            return sorted(t.name for t in (await client.list_tools()).tools)
+
+    try:
+        got = asyncio.run(asyncio.wait_for(names(), MCP_TIMEOUT_S))
+    except Exception as exc:  # noqa: BLE001 (whatever stops it, the user reads why)
+        return False, f"MCP server: `{sys.executable} -m memsift mcp` did not list its tools ({type(exc).__name__}: {exc}); {registered}"
+    if got != MCP_TOOLS:
+        return False, f"MCP server: lists {', '.join(got) or 'no tools'}, expected {', '.join(MCP_TOOLS)}; {registered}"
+    return bool(where), f"MCP server: starts and lists its {len(got)} tools; {registered}"
+
+
 def checks(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[tuple[bool, str]]:
     """Each check as (ok, message). `cwd` is the project's folder; None when the current
     folder was deleted (the project's checks are then skipped, and that is said)."""
@@ -181,6 +227,7 @@ def checks(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[tuple
 
     out.append(home_check(home))
     out.append(server_check(home))
+    out.append(mcp_check(cwd, env, home, plugin))
     if cwd is None:
         out.append((False, "the current folder no longer exists: give --project FOLDER to check a project's notes "
                            "and Claude Code's memory file"))

@@ -151,12 +151,15 @@ def remove_mcp(host: str, env: Mapping[str, str] | None = None) -> str:
     del servers["memsift"]
     if not servers:
         del doc[key]
+    if not doc:  # the file held memsift's entry alone
+        path.unlink()
+        return f"memsift's MCP server removed from {path} (its only entry: the file went too)"
     if host == "claude":
         text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     else:
         import tomlkit
 
-        text = tomlkit.dumps(doc).rstrip("\n") + "\n" if doc else ""
+        text = tomlkit.dumps(doc).rstrip("\n") + "\n"
     atomic_write(path, text)
     return f"memsift's MCP server removed from {path}"
 

@@ -94,8 +94,11 @@ def test_doctor_is_happy_after_install_codex_and_warns_about_a_double_claude_set
     from memsift.doctor import checks
 
     install("codex", memsift_home, env)
-    codex = [(ok, m) for ok, m in checks(tmp_path, env) if m.startswith("Codex")]
+    found = checks(tmp_path, env)
+    codex = [(ok, m) for ok, m in found if m.startswith("Codex")]
     assert codex and codex[0][0], codex
+    mcp = [(ok, m) for ok, m in found if m.startswith("MCP server")]
+    assert mcp[0][0] and "lists its 4 tools" in mcp[0][1] and "config.toml" in mcp[0][1], mcp
     settings = settings_path("claude", env)
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text(json.dumps({"enabledPlugins": {"memsift@memsift": True}}))
@@ -111,3 +114,102 @@ def test_a_failed_install_leaves_the_settings_alone(env, tmp_path):
     with pytest.raises(OSError):
         install("claude", not_a_folder, env)
     assert path.read_bytes() == CLAUDE_SETTINGS
+
+
+CODEX_CONFIG = '''# my Codex settings
+model = "o4-mini"  # the cheap one
+
+[features]
+hooks = true
+
+[mcp_servers.docs]
+command = "npx"
+args = ["-y", "docs-mcp"]
+'''
+
+
+def test_mcp_server_registered_for_codex_and_removed_exactly(env, memsift_home, tmp_path):
+    import tomllib
+
+    from memsift.install import mcp_path
+
+    path = mcp_path("codex", env)
+    path.parent.mkdir(parents=True)
+    path.write_text(CODEX_CONFIG)
+    message = install("codex", memsift_home, env, python="/opt/py/bin/python3")
+    assert "MCP server" in message and str(path) in message
+    text = path.read_text()
+    assert text.startswith(CODEX_CONFIG)  # the user's lines and comments stay as they were
+    parsed = tomllib.loads(text)
+    assert parsed["mcp_servers"]["memsift"] == {"command": "/opt/py/bin/python3", "args": ["-P", "-m", "memsift", "mcp"]}
+    assert parsed["mcp_servers"]["docs"]["command"] == "npx"
+    assert "already" in install("codex", memsift_home, env, python="/opt/py/bin/python3").splitlines()[1]
+    uninstall("codex", memsift_home, env)
+    assert path.read_text() == CODEX_CONFIG
+
+
+def test_mcp_server_registered_for_claude_beside_the_hosts_own_state(env, memsift_home):
+    from memsift.install import mcp_path
+
+    path = mcp_path("claude", env)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"numStartups": 3, "projects": {"/x": {"allowedTools": []}},
+             "mcpServers": {"docs": {"type": "stdio", "command": "npx", "args": ["docs-mcp"], "env": {}}}}
+    path.write_text(json.dumps(state))
+    install("claude", memsift_home, env, python="/opt/py/bin/python3")
+    data = json.loads(path.read_text())
+    assert data["mcpServers"]["memsift"] == {"type": "stdio", "command": "/opt/py/bin/python3",
+                                             "args": ["-P", "-m", "memsift", "mcp"], "env": {}}
+    assert data["numStartups"] == 3 and data["mcpServers"]["docs"]["command"] == "npx"
+    data["numStartups"] = 4  # the host rewrites its state file all the time
+    path.write_text(json.dumps(data))
+    uninstall("claude", memsift_home, env)
+    assert json.loads(path.read_text()) == dict(state, numStartups=4)
+
+
+def test_a_users_own_memsift_server_is_left_alone(env, memsift_home):
+    from memsift.install import mcp_path
+
+    path = mcp_path("claude", env)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mine = {"mcpServers": {"memsift": {"type": "http", "url": "http://127.0.0.1:9000/mcp"}}}
+    path.write_text(json.dumps(mine))
+    assert "not memsift's own" in install("claude", memsift_home, env)
+    uninstall("claude", memsift_home, env)
+    assert json.loads(path.read_text()) == mine
+
+
+def test_codex_config_that_is_not_toml_stops_the_install_before_anything_changes(env, memsift_home):
+    from memsift.install import mcp_path
+
+    path = mcp_path("codex", env)
+    path.parent.mkdir(parents=True)
+    path.write_text("[mcp_servers\nbroken = ")
+    with pytest.raises(InstallError, match="not TOML"):
+        install("codex", memsift_home, env)
+    assert path.read_text() == "[mcp_servers\nbroken = " and not settings_path("codex", env).exists()
+
+
+def test_the_registered_command_serves_the_tools(env, memsift_home, tmp_path):
+    """The MCP entry `install` writes, started as the host starts it, lists memsift's tools."""
+    import asyncio
+    import sys
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from memsift.install import mcp_path
+
+    install("claude", memsift_home, env)
+    entry = json.loads(mcp_path("claude", env).read_text())["mcpServers"]["memsift"]
+    assert entry["command"] == sys.executable
+    project = tmp_path / "shop"
+    project.mkdir()
+
+    async def names():
+        params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=str(project),
+                                       env={"MEMSIFT_HOME": str(memsift_home)})
+        async with Client(params, read_timeout_seconds=60) as client:
+            return sorted(t.name for t in (await client.list_tools()).tools)
+
+    assert asyncio.run(names()) == ["memsift_forget", "memsift_remember", "memsift_search", "memsift_show"]
