@@ -106,6 +106,14 @@ def _read_mcp(host: str, path: Path):
     return raw, doc
 
 
+def _pinned_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment the MCP entry sets: `MEMSIFT_HOME` when it is set where `install` runs
+    (Codex gives an MCP server only a short list of its own variables, which does not hold
+    it; the hooks inherit it), so that the tools read the notes the hooks write."""
+    env = os.environ if env is None else env
+    return {"MEMSIFT_HOME": env["MEMSIFT_HOME"]} if env.get("MEMSIFT_HOME") else {}
+
+
 def add_mcp(host: str, env: Mapping[str, str] | None = None, python: str = sys.executable) -> str:
     """Register `memsift mcp` (run by `python`) in the host's user MCP servers; a message.
     Idempotent; an entry named memsift that is not memsift's is left as it is (said so).
@@ -118,8 +126,9 @@ def add_mcp(host: str, env: Mapping[str, str] | None = None, python: str = sys.e
     current = (doc.get(key) or {}).get("memsift")
     if current is not None and not _mcp_ours(current):
         return f"{path} already has an MCP server named memsift that is not memsift's own: left as it is"
+    pinned = _pinned_env(env)
     if host == "claude":
-        entry = {"type": "stdio", "command": python, "args": list(MCP_ARGS), "env": {}}
+        entry = {"type": "stdio", "command": python, "args": list(MCP_ARGS), "env": pinned}
         if current == entry:
             return f"memsift's MCP server is already in {path}"
         doc.setdefault("mcpServers", {})["memsift"] = entry
@@ -127,15 +136,21 @@ def add_mcp(host: str, env: Mapping[str, str] | None = None, python: str = sys.e
     else:
         import tomlkit
 
-        if current is not None and current.get("command") == python and list(current.get("args") or []) == list(MCP_ARGS):
+        if (current is not None and current.get("command") == python and list(current.get("args") or []) == list(MCP_ARGS)
+                and dict(current.get("env") or {}) == pinned):
             return f"memsift's MCP server is already in {path}"
         table = tomlkit.table()
         table["command"] = python
         table["args"] = list(MCP_ARGS)
+        if pinned:
+            table["env"] = tomlkit.inline_table()
+            table["env"].update(pinned)
         if "mcp_servers" not in doc:
             doc["mcp_servers"] = tomlkit.table(is_super_table=True)
         doc["mcp_servers"]["memsift"] = table
         text = tomlkit.dumps(doc)
+        if raw is None or not raw.strip():
+            text = text.lstrip("\n")
     atomic_write(path, text)
     return f"memsift's MCP server (memsift_search, _show, _remember, _forget) added to {path}"
 

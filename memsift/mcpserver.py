@@ -14,6 +14,7 @@ call is a row of the run log (`memsift log`).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from typing import Annotated
@@ -41,13 +42,23 @@ def build(workspace: tools.Workspace):
 
     server = MCPServer("memsift", title="memsift project memory", version=__version__, instructions=INSTRUCTIONS)
 
+    def tool(**annotations):
+        """Register a tool, its docstring (dedented) as its description, its text as its result."""
+
+        def register(fn):
+            server.add_tool(fn, description=inspect.cleandoc(fn.__doc__), structured_output=False,
+                            annotations=ToolAnnotations(openWorldHint=False, **annotations))
+            return fn
+
+        return register
+
     def call(fn, *args):
         try:
             return fn(workspace, *args)
         except tools.ToolError as exc:  # the agent reads why, as an error result
             raise ToolError(str(exc)) from None
 
-    @server.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @tool(readOnlyHint=True)
     def memsift_search(
         query: Annotated[str, Field(description="What you want to know, in any language: a question "
                                                 "('why did we drop Redis?'), a proposal to check against "
@@ -65,7 +76,7 @@ def build(workspace: tools.Workspace):
         """
         return call(tools.search, query, limit, include_superseded)
 
-    @server.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @tool(readOnlyHint=True)
     def memsift_show(
         id: Annotated[str, Field(description="A note id, as in a search result's frame (e.g. N007).")],
     ) -> str:
@@ -73,8 +84,7 @@ def build(workspace: tools.Workspace):
         why), the notes it supersedes, and its text (secrets masked)."""
         return call(tools.show, id)
 
-    @server.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
-                                             openWorldHint=False))
+    @tool(readOnlyHint=False, destructiveHint=False, idempotentHint=False)
     def memsift_remember(
         kind: Annotated[str, Field(description="decision (a choice and its reason), constraint (a rule that "
                                                "must hold), incident (a problem and its fix), convention "
@@ -90,8 +100,7 @@ def build(workspace: tools.Workspace):
         constraint or fix that would spare redoing work."""
         return call(tools.remember, kind, text)
 
-    @server.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
-                                             openWorldHint=False))
+    @tool(readOnlyHint=False, destructiveHint=False, idempotentHint=True)
     def memsift_forget(
         id: Annotated[str, Field(description="The id of the note to retire (e.g. N007).")],
         reason: Annotated[str, Field(description="Why it is no longer true or wanted (kept with the change).")],

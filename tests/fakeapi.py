@@ -85,9 +85,11 @@ def _has_tool_result(messages: Any) -> bool:
 
 
 def _responses_call_events(model: str, name: str, arguments: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """A Responses API stream whose one output item calls function `name` with `arguments`."""
-    item = {"type": "function_call", "id": "fc_fake1", "call_id": "call_fake1", "name": name,
-            "arguments": json.dumps(arguments), "status": "completed"}
+    """A Responses API stream whose one output item calls function `name` with `arguments`;
+    `name` is "namespace/child" for a tool inside a namespace (how Codex offers MCP tools)."""
+    namespace, _, child = name.rpartition("/")
+    item = {"type": "function_call", "id": "fc_fake1", "call_id": "call_fake1", "name": child,
+            "arguments": json.dumps(arguments), "status": "completed", **({"namespace": namespace} if namespace else {})}
     resp = {"id": "resp_fake", "object": "response", "created_at": 0, "status": "completed", "model": model,
             "output": [item], "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
                                         "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
@@ -102,12 +104,19 @@ def _responses_call_events(model: str, name: str, arguments: dict[str, Any]) -> 
 
 
 def _tool_named(tools: Any, suffix: str) -> str | None:
-    """The name of the first tool in a request's `tools` whose name ends with `suffix`."""
+    """The name of the first tool in a request's `tools` whose name ends with `suffix`
+    ("namespace/child" for a tool of a Responses API namespace)."""
     for t in tools or []:
-        if isinstance(t, dict):
-            name = t.get("name") or (t.get("function") or {}).get("name")
-            if isinstance(name, str) and name.endswith(suffix):
-                return name
+        if not isinstance(t, dict):
+            continue
+        if t.get("type") == "namespace":
+            inner = _tool_named(t.get("tools"), suffix)
+            if inner:
+                return f"{t.get('name')}/{inner}"
+            continue
+        name = t.get("name") or (t.get("function") or {}).get("name")
+        if isinstance(name, str) and name.endswith(suffix):
+            return name
     return None
 
 

@@ -277,3 +277,31 @@ def test_installed_from_the_local_marketplace(claude_bin: str, project: Project,
     assert "memsift" in [p.get("name") for p in init.get("plugins", [])], init.get("plugins")
     text = "\n".join(s for b in fake_api.message_bodies() for s in _strings(b))
     assert NOTE_TEXT in text and "[memsift note" in text
+
+
+def test_mcp_tools_reach_the_model_and_a_tool_call_returns_the_note(claude_bin: str, project: Project,
+                                                                    base_env: dict[str, str], tmp_path: Path) -> None:
+    """The plugin's MCP server (`.mcp.json`): Claude Code starts it, its four tools reach the
+    model request, the session-start line too, and a scripted call of memsift_search gets
+    the note that answers, as the tool result in the next request."""
+    search = "mcp__plugin_memsift_memsift__memsift_search"
+    with FakeAnthropicAPI(tmp_path / "api-tools.jsonl",
+                          tool_call=("memsift_search", {"query": "why did we choose Adyen over Stripe?"})) as api:
+        env = dict(base_env, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="sk-ant-fake-key-for-tests",
+                   CLAUDE_CODE_MAX_RETRIES="0",
+                   ENABLE_TOOL_SEARCH="false")  # MCP tools in `tools` itself, not deferred behind ToolSearch
+        proc = run([claude_bin, "-p", "ok go ahead", "--plugin-dir", str(REPO), "--allowedTools", search,
+                    "--output-format", "stream-json", "--verbose", "--include-hook-events"], env=env, cwd=project.path)
+        bodies = api.message_bodies()
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    init = next(e for e in events if e.get("type") == "system" and e.get("subtype") == "init")
+    assert {"name": "plugin:memsift:memsift", "status": "connected", "source": "plugin"} in init["mcp_servers"], init
+    offered = {t.get("name") for b in bodies for t in b.get("tools", [])}
+    assert {f"mcp__plugin_memsift_memsift__memsift_{n}" for n in ("search", "show", "remember", "forget")} <= offered
+    text = "\n".join(s for b in bodies for s in _strings(b))
+    assert "memsift holds 1 note for this project" in text and "memsift_search" in text  # the session-start line
+    results = [block for b in bodies for m in b.get("messages", []) if isinstance(m.get("content"), list)
+               for block in m["content"] if isinstance(block, dict) and block.get("type") == "tool_result"]
+    assert results, f"no tool result reached the model\n{proc.stdout[-3000:]}"
+    result = json.dumps(results[0], ensure_ascii=False)
+    assert "[memsift note " in result and NOTE_TEXT in result and '"is_error": true' not in result

@@ -126,3 +126,45 @@ def test_codex_runs_the_installed_hooks_and_the_recall_reaches_the_model(sandbox
 
     print(memsift("uninstall", "codex", env=sandbox))
     assert not [h for h in hooks_list(codex, sandbox, project)["hooks"] if "-m memsift hook" in h["command"]]
+
+
+def test_codex_offers_the_mcp_tools_install_registers_and_a_tool_call_returns_the_note(sandbox, tmp_path):
+    """`memsift install codex` registers `memsift mcp` in config.toml: Codex starts it, offers
+    its tools to the model (a `mcp__memsift` namespace), and a scripted call of
+    memsift_search gets the note that answers; uninstall takes the entry out again."""
+    import tomllib
+
+    codex = codex_bin()
+    sandbox["MEMSIFT_SERVER"] = "off"
+    project = tmp_path / "shop"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    memsift("notes", "add", "--project", str(project), "--kind", "decision", "--date", "2026-09-01", NOTE, env=sandbox)
+    memsift("install", "codex", env=sandbox)
+    config = Path(sandbox["CODEX_HOME"]) / "config.toml"
+    entry = tomllib.loads(config.read_text())["mcp_servers"]["memsift"]
+    assert entry["args"] == ["-P", "-m", "memsift", "mcp"] and entry["env"] == {"MEMSIFT_HOME": sandbox["MEMSIFT_HOME"]}
+
+    with FakeAnthropicAPI(tmp_path / "requests.jsonl",
+                          tool_call=("memsift_search", {"query": "why did we choose Adyen over Stripe?"})) as api:
+        done = subprocess.run(
+            [codex, "-c", "analytics.enabled=false", "-c", "model_provider=fake", "-c",
+             f'model_providers.fake={{name="fake",base_url="{api.url}/v1",wire_api="responses",env_key="FAKE_KEY",'
+             'request_max_retries=0,stream_max_retries=0}', "-m", "fake-model",
+             # an optional MCP server gets 1 s to start before a turn goes on without it; ours takes
+             # about 2 s here (the SDK's import), and `exec`'s first turn starts at once
+             "-c", "mcp_optional_startup_grace_ms=0",
+             "exec", "--skip-git-repo-check", "ok go ahead"],
+            env=dict(sandbox, FAKE_KEY="sk-fake-for-tests"), cwd=project, capture_output=True, text=True, timeout=120)
+        bodies = [e["body"] for e in api.requests() if e.get("path", "").endswith("/responses")]
+    output = done.stdout + done.stderr
+    namespaces = [t for b in bodies for t in b.get("tools", []) if t.get("name") == "mcp__memsift"]
+    assert namespaces, output[-3000:]
+    assert {t["name"] for t in namespaces[0]["tools"]} == {"memsift_search", "memsift_show", "memsift_remember",
+                                                           "memsift_forget"}
+    outputs = [json.dumps(item, ensure_ascii=False) for b in bodies for item in b.get("input", [])
+               if isinstance(item, dict) and item.get("type") == "function_call_output"]
+    assert any("[memsift note N001 · 2026-09-01 · decision]" in o and NOTE in o for o in outputs), output[-3000:]
+
+    memsift("uninstall", "codex", env=sandbox)
+    assert "memsift" not in tomllib.loads(config.read_text()).get("mcp_servers", {}) if config.exists() else True
