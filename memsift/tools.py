@@ -355,6 +355,5 @@ def session_line(folder: Path) -> str | None:
     counts: dict[str, int] = {}
     for n in notes:
         counts[n.kind] = counts.get(n.kind, 0) + 1
-    kinds = ", ".join(f"{k} {re.sub('y$', 'ie', kind) if k > 1 else kind}{'s' if k > 1 else ''}"
-                      for kind, k in sorted(counts.items(), key=lambda kv: -kv[1]))
+    kinds = ", ".join(f"{k} {kind}{'s' if k > 1 else ''}" for kind, k in sorted(counts.items(), key=lambda kv: -kv[1]))
     return SESSION_LINE.format(n=len(notes), s="" if len(notes) == 1 else "s", kinds=kinds)[:300]
