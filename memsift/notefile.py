@@ -125,8 +125,8 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
             problem = f"{source}:{lineno}: expected '## <id> · <YYYY-MM-DD> · <kind>', got {line!r}"
         elif m and m["kind"] not in KINDS:
             problem = f"{source}:{lineno}: kind {m['kind']!r} is not one of {', '.join(KINDS)}"
-        elif m and not all(_real_date(d) for d in (m["date"], m["retired"]) if d):
-            problem = f"{source}:{lineno}: date {next(d for d in (m['date'], m['retired']) if d and not _real_date(d))!r} is not a date of the calendar"
+        elif m and (bad := next((d for d in (m["date"], m["retired"]) if d and not _real_date(d)), None)):
+            problem = f"{source}:{lineno}: date {bad!r} is not a date of the calendar"
         if problem:
             if strict:
                 raise NotesFormatError(problem)

@@ -270,6 +270,9 @@ def _check_op(op: Op, f: _File, notes: dict[str, Note]) -> tuple[int, str | None
             raise RevisionError(f"there is no note {op.note}")
         if notes[op.note].retired:
             raise RevisionError(f"{op.note} is already retired (on {notes[op.note].retired})")
+        if (by := notes[op.note].superseded_by) in notes:
+            raise RevisionError(f"{op.note} is superseded by {by}, so it is never pasted already; retire {by} "
+                                f"if that is what no longer holds")
         try:
             dt.date.fromisoformat(op.date)
         except ValueError:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field, replace

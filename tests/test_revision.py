@@ -405,3 +405,36 @@ def test_no_reviser_supersedes_an_incident(store):
     write(store, SHOP.replace("## N002 · 2026-02-01 · constraint", "## N002 · 2026-02-01 · incident"))
     with pytest.raises(RevisionError, match="N002 is an incident"):
         revise(store, [Supersede("N002", "N003")], backend="llm")
+
+
+def test_retire_marks_the_header_only_and_undo_takes_it_back(store):
+    from memsift.revision import Retire, commit
+
+    with store.lock():
+        text, sha = snapshot(store)
+        op = Retire("N003", "2026-12-01", "we moved off k3s")
+        commit(store, text, sha, apply_ops(text, [op]), action="revise", backend="mcp", ops=[op])
+    after = store.markdown.read_text()
+    assert after == SHOP.replace("## N003 · 2026-03-01 · decision · session s1",
+                                 "## N003 · 2026-03-01 · decision · session s1 · retired 2026-12-01")
+    (n3,) = [n for n in store.notes() if n.id == "N003"]
+    assert n3.retired == "2026-12-01" and not n3.active
+    assert history(store)[-1].ops[0]["reason"] == "we moved off k3s"
+    undo(store)
+    assert store.markdown.read_text() == SHOP
+
+
+def test_retire_is_refused_to_revisers_and_for_a_retired_or_superseded_note(store):
+    from memsift.revision import Retire
+
+    with pytest.raises(RevisionError, match="no reviser retires"):
+        revise(store, [{"op": "retire", "note": "N001", "date": "2026-12-01", "reason": "x"}], backend="llm")
+    text = SHOP.replace("## N001 · 2026-01-01 · decision", "## N001 · 2026-01-01 · decision · superseded by N003")
+    with pytest.raises(RevisionError, match="superseded by N003"):
+        apply_ops(text, [Retire("N001", "2026-12-01", "x")])
+    retired = SHOP.replace("## N001 · 2026-01-01 · decision", "## N001 · 2026-01-01 · decision · retired 2026-11-01")
+    with pytest.raises(RevisionError, match="already retired"):
+        apply_ops(retired, [Retire("N001", "2026-12-01", "x")])
+    with pytest.raises(RevisionError, match="is retired"):
+        apply_ops(retired, [Supersede("N001", "N003")])
+    assert store.markdown.read_text() == SHOP
