@@ -10,7 +10,12 @@ Layout of `notes.md` (one section per note; everything else is ignored)::
     ## N03 · 2026-06-02 · decision · session 5e1f0c2a · superseded by N07
     Payments go through Stripe ...
 
-A note captured from a session names it (`session <id>`); one added by hand does not.
+    ## N09 · 2026-09-01 · context · unverified (path src/pay.py not found, 2026-12-02)
+    The payment code lives in `src/pay.py`.
+
+A note captured from a session names it (`session <id>`); one added by hand does not. A
+note whose concrete claim failed its last check (`memsift.verify`) says what failed and
+when (`unverified (<what failed>, <YYYY-MM-DD>)`, last in the header).
 
 This module only reads and writes that text (`parse_markdown`, `render_markdown`,
 `check_note`) and writes files atomically; `notes.NoteStore` owns the files and the index,
@@ -35,7 +40,8 @@ KINDS = ("decision", "constraint", "incident", "convention", "context")
 _HEADER = re.compile(
     r"^## +(?P<id>[A-Za-z0-9][\w.-]*) +· +(?P<date>\d{4}-\d{2}-\d{2}) +· +(?P<kind>\w+)"
     r"(?: +· +session +(?P<session>[\w.-]+))?"
-    r"(?: +· +superseded by +(?P<by>[A-Za-z0-9][\w.-]*))? *$"
+    r"(?: +· +superseded by +(?P<by>[A-Za-z0-9][\w.-]*))?"
+    r"(?: +· +unverified +\((?P<unverified>[^()\r\n]*)\))? *$"
 )
 #: Characters a note may hold when written through memsift (`check_note`), and of a longer
 #: note edited in by hand that the index keeps (`indexed_text`). A note is what is pasted:
@@ -52,7 +58,9 @@ class NotesFormatError(ValueError):
 @dataclass(frozen=True)
 class Note:
     """One note. `session` is the host session it was captured from (None when added by
-    hand); `superseded_by` is the id of the newer note that replaces it, if any."""
+    hand); `superseded_by` is the id of the newer note that replaces it, if any;
+    `unverified` is what its last failed check found and when (`"path src/x.py not found,
+    2026-12-02"`, `memsift.verify`), None when no check failed."""
 
     id: str
     date: str
@@ -60,6 +68,7 @@ class Note:
     text: str
     superseded_by: str | None = None
     session: str | None = None
+    unverified: str | None = None
 
     @property
     def active(self) -> bool:
@@ -126,7 +135,7 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
         if m:
             close()
             current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"],
-                             "session": m["session"], "line": lineno}, []
+                             "session": m["session"], "unverified": m["unverified"], "line": lineno}, []
         elif current is not None:
             body.append(line)
         else:
@@ -151,7 +160,7 @@ def default_preamble(title: str) -> str:
         f"# memsift notes: {title}",
         "",
         "<!-- One section per note. Edit the text freely; keep each header line's shape:",
-        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · session <id>][ · superseded by <id>]",
+        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · session <id>][ · superseded by <id>][ · unverified (<what failed>, <date>)]",
         "     Text above the first note is kept as it is. -->",
     ])
 
@@ -165,6 +174,8 @@ def render_markdown(preamble: str, notes: Iterable[Note]) -> str:
             head += f" · session {n.session}"
         if n.superseded_by:
             head += f" · superseded by {n.superseded_by}"
+        if n.unverified:
+            head += f" · unverified ({n.unverified})"
         out += ["", head, n.text.strip()]
     return "\n".join(out) + "\n"
 
@@ -188,6 +199,8 @@ def check_note(note: Note) -> None:
         raise ValueError(f"session {note.session!r} must be letters, digits, '.', '_' or '-'")
     if note.id and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", note.id):
         raise ValueError(f"id {note.id!r} must be letters, digits, '.', '_' or '-'")
+    if note.unverified is not None and (not note.unverified.strip() or re.search(r"[()\r\n]", note.unverified)):
+        raise ValueError(f"status unverified ({note.unverified!r}) must be one line without parentheses")
 
 
 def serial(note_id: str) -> int | None:
