@@ -362,6 +362,7 @@ def _notes_list(args: argparse.Namespace) -> int:
     flagged = 0
     for n in notes:
         status = f" (superseded by {n.superseded_by})" if n.superseded_by else ""
+        status += f" (unverified: {n.unverified})" if n.unverified else ""
         finding = instruction_in(n.text)  # the part of the note a paste would read
         forged = escape_stored(n.text) != n.text
         mark = "! " if finding or forged else ""
@@ -391,11 +392,43 @@ def _notes_show(args: argparse.Namespace) -> int:
         return 1
     n = notes[args.id]
     print(f"{n.id} · {n.date} · {n.kind}" + (f" · session {n.session}" if n.session else "")
-          + (f" · superseded by {n.superseded_by} (never pasted)" if n.superseded_by else ""))
+          + (f" · superseded by {n.superseded_by} (never pasted)" if n.superseded_by else "")
+          + (f" · unverified ({n.unverified})" if n.unverified else ""))
     print(_printable(n.text))
+    from .supersession import chain
+
+    links = chain(list(notes.values()), n.id)
+    if len(links) > 1:  # oldest first; only the newest active one is ever pasted
+        print("chain: " + " -> ".join(links) + f" (pasted: {links[-1]})")
     for other in notes.values():
         if other.superseded_by == n.id:
             print(f"(supersedes {other.id}: {_clip(other.text)})")
+    return 0
+
+
+def _notes_verify(args: argparse.Namespace) -> int:
+    from .revision import RevisionError
+    from .verify import verify
+
+    store = _store(args.project)
+    if not store.markdown.exists() or not store.notes():
+        print(f"no notes to verify in {store.markdown}")
+        return 0
+    from .config import project_root
+
+    try:
+        report = verify(store, project_root(args.project))
+    except (OSError, RevisionError) as exc:
+        print(f"memsift notes verify: {exc}", file=sys.stderr)
+        return 1
+    for nid, what in report.failed.items():
+        print(f"{nid}: unverified ({what})")
+    for nid in report.cleared:
+        print(f"{nid}: holds again (status cleared)")
+    print(f"{report.notes} active notes: {report.checked} with claims checked, {len(report.failed)} unverified, "
+          f"{report.without_claims} without a checkable claim"
+          + (", out of time before the rest" if report.timed_out else "")
+          + (f"; the file changed as revision {report.revision} (`memsift notes undo` reverts it)" if report.revision else ""))
     return 0
 
 
@@ -635,6 +668,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", action="store_true", help="also print each revision's line operations")
     p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_history)
+    p = notes.add_parser("verify", help="check the notes' paths, branches, scripts and variables against the project now")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_verify)
     p = notes.add_parser("reindex", help="rebuild the notes index (after an encoder change or a bulk edit)")
     p.add_argument("--background", action="store_true",
                    help="as the prompt hook starts it: log to capture.log, and do nothing if another reindex runs")
