@@ -27,7 +27,7 @@ import os
 import re
 import sqlite3
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -54,6 +54,9 @@ _HEADER_ID = re.compile(r"^## +([A-Za-z0-9][\w.-]*)", re.MULTILINE)
 #: prompt within about 250 ms of extra work; beyond that the search answers from the vectors
 #: it has and the index is rebuilt out of the prompt path.
 PROMPT_EMBED_MAX = 8
+#: The index's layout; an index of another (older) layout is rewritten from its own vectors,
+#: embedding nothing. 2: each note's session and verifier status, for fading and the frame.
+INDEX_SCHEMA = "2"
 
 
 def indexed_text(note: Note) -> str:
@@ -65,13 +68,16 @@ def indexed_text(note: Note) -> str:
 @dataclass(frozen=True)
 class NoteHits:
     """Retrieval result: candidate notes best first, their cosines and vectors, and the median
-    cosine of the query over the `count` active notes."""
+    cosine of the query over the `count` active notes. A candidate may be a superseded note
+    (it matched the query); `newest` maps its id to the active note at the end of its chain,
+    which is the one that may be pasted."""
 
     notes: list[Note]
     cosines: list[float]
     vectors: np.ndarray
     background: float
     count: int
+    newest: dict[str, Note] = field(default_factory=dict)
 
 
 class NoteStore:
@@ -296,7 +302,7 @@ class NoteStore:
         meta: dict[str, str] = {}
         before = self._indexed_vectors(meta)
         if (meta.get("encoder") == self.encoder.name and meta.get("missing") == "0"
-                and meta.get("markdown_sha") == self._markdown_state()["markdown_sha"]):
+                and meta.get("schema") == INDEX_SCHEMA and meta.get("markdown_sha") == self._markdown_state()["markdown_sha"]):
             return 0  # up to date
         fresh = self._embed([n for n in self.read(strict=False).notes if text_hash(indexed_text(n)) not in before])
         with self.lock():
@@ -384,21 +390,24 @@ class NoteStore:
                     """
                     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
                     CREATE TABLE notes (rowid INTEGER PRIMARY KEY, id TEXT UNIQUE, date TEXT,
-                        kind TEXT, superseded_by TEXT, text TEXT, sha TEXT, vector BLOB);
+                        kind TEXT, superseded_by TEXT, text TEXT, sha TEXT, session TEXT, unverified TEXT,
+                        vector BLOB);
                     CREATE VIRTUAL TABLE notes_fts USING fts5(text, content='notes',
                         content_rowid='rowid', tokenize='trigram');
                     """
                 )
                 db.executemany(
                     "INSERT INTO meta VALUES (?, ?)",
-                    [*state.items(), ("encoder", self.encoder.name), ("missing", str(len(notes) - len(rows)))],
+                    [*state.items(), ("encoder", self.encoder.name), ("missing", str(len(notes) - len(rows))),
+                     ("schema", INDEX_SCHEMA)],
                 )
                 ids = {n.id for n in notes}
                 db.executemany(
-                    "INSERT INTO notes (id, date, kind, superseded_by, text, sha, vector) VALUES (?,?,?,?,?,?,?)",
+                    "INSERT INTO notes (id, date, kind, superseded_by, text, sha, session, unverified, vector) "
+                    "VALUES (?,?,?,?,?,?,?,?,?)",
                     [  # a link to a note deleted by hand no longer hides anything
                         (n.id, n.date, n.kind, n.superseded_by if n.superseded_by in ids else None,
-                         self._masked_text(indexed_text(n)), text_hash(indexed_text(n)),
+                         self._masked_text(indexed_text(n)), text_hash(indexed_text(n)), n.session, n.unverified,
                          np.asarray(vectors[text_hash(indexed_text(n))], dtype=np.float32).tobytes())
                         for n in rows
                     ],
@@ -418,7 +427,7 @@ class NoteStore:
             return None
         meta = self._index_meta()
         st = os.stat(self.markdown)
-        same_encoder = meta.get("encoder") == self.encoder.name
+        same_encoder = meta.get("encoder") == self.encoder.name and meta.get("schema") == INDEX_SCHEMA
         if same_encoder and (meta.get("markdown_size"), meta.get("markdown_mtime_ns")) == (str(st.st_size), str(st.st_mtime_ns)):
             unchanged = True  # the common case: no need to hash the file
         else:
@@ -454,10 +463,14 @@ class NoteStore:
             self.stale = True
         return self.index_path if self.index_path.exists() else None
 
-    def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset()) -> NoteHits:
-        """Active notes not in `exclude`, ranked by `backends.sqlite.hybrid_search`.
+    def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset(),
+               *, superseded: bool = False) -> NoteHits:
+        """Active notes not in `exclude`, ranked by `backends.sqlite.hybrid_search`. With
+        `superseded`, the superseded ones too whose newest note (the end of their chain) is
+        not in `exclude`, each mapped to that note in `NoteHits.newest`, so that a message
+        worded like an older note still finds what replaced it (recall pastes the newest).
 
-        The background is the median cosine over those notes. Sets `stale` when the index
+        The background is the median cosine over the active notes. Sets `stale` when the index
         lags the Markdown (see `_fresh_index`). Raises `NotesFormatError` if the Markdown
         cannot be read.
         """
@@ -470,15 +483,39 @@ class NoteStore:
         try:
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
                 rows = db.execute(
-                    "SELECT rowid, id, date, kind, text, vector FROM notes WHERE superseded_by IS NULL"
+                    "SELECT rowid, id, date, kind, text, superseded_by, session, unverified, vector FROM notes"
                 ).fetchall()
-                rows = [r for r in rows if r[1] not in exclude]
-                if not rows:
+                found = {r[1]: Note(id=r[1], date=r[2], kind=r[3], text=r[4], superseded_by=r[5], session=r[6],
+                                    unverified=r[7]) for r in rows}
+                newest: dict[str, Note] = {}
+                for r in rows:
+                    if r[5] is not None:
+                        head = _newest(found, r[1])
+                        if head is not None and head not in exclude:
+                            newest[r[1]] = found[head]
+                rows = [r for r in rows if r[1] not in exclude and (r[5] is None or superseded and r[1] in newest)]
+                active = [i for i, r in enumerate(rows) if r[5] is None]
+                if not active:
                     return empty
                 order, cos, matrix, background = hybrid_search(db, rows, "notes_fts", query_vector, query_text, k)
         except sqlite3.Error as exc:
             log.warning("notes index %s unreadable (%s): no notes searched", path, exc)
             self.stale = True
             return empty
-        notes = [Note(id=rows[i][1], date=rows[i][2], kind=rows[i][3], text=rows[i][4]) for i in order]
-        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background, len(rows))
+        if len(active) < len(rows):  # the background and count are the active notes' alone
+            background = float(np.median(cos[active]))
+        notes = [found[rows[i][1]] for i in order]
+        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background, len(active),
+                        {n.id: newest[n.id] for n in notes if n.id in newest})
+
+
+def _newest(notes: dict[str, Note], note_id: str) -> str | None:
+    """The active note at the end of `note_id`'s supersession chain in `notes` (by id), or
+    None for a chain that ends in a cycle."""
+    seen = {note_id}
+    while (by := notes[note_id].superseded_by) in notes:
+        if by in seen:
+            return None
+        seen.add(by)
+        note_id = by
+    return note_id

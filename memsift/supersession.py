@@ -203,15 +203,3 @@ def chain(notes: list[Note], note_id: str) -> list[str]:
             return links
         links.insert(0, older[0])
 
-
-def newest(notes: list[Note], note_id: str) -> str | None:
-    """The active note at the end of `note_id`'s chain (`note_id` itself when active), or
-    None when the chain ends in a cycle."""
-    by_id = {n.id: n for n in notes}
-    seen = {note_id}
-    while (n := by_id.get(note_id)) is not None and n.superseded_by in by_id:
-        note_id = n.superseded_by
-        if note_id in seen:
-            return None
-        seen.add(note_id)
-    return note_id

@@ -137,3 +137,14 @@ def test_notes_verify_and_list_and_show(repo, encoder, tmp_path):
     listed = run_memsift("notes", "list", "--project", str(repo)).stdout.decode()
     assert "N1 · 2026-11-01 · context (unverified: path src/pay.py not found, " in listed
     assert history(store)[-1].backend == "verifier"
+
+
+def test_an_unverified_note_is_pasted_with_its_status_in_its_frame(repo, encoder, scripted):
+    from memsift.recall import Recaller
+
+    store = store_for(repo, encoder, [Note("N1", "2026-11-01", "context", "The payment code lives in `src/pay.py`.")])
+    (repo / "src" / "pay.py").unlink()
+    verify(store, repo, today=DAY)
+    result = Recaller(scripted(answers={"N1": 0.9}), encoder, store, None, today=DAY).recall("where is the payment code?")
+    assert ("[memsift note N1 · 2026-11-01 · context · unverified (path src/pay.py not found, 2026-12-02)] "
+            "The payment code lives in `src/pay.py`.") in result.text
