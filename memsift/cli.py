@@ -421,6 +421,11 @@ def _notes_verify(args: argparse.Namespace) -> int:
     except (OSError, RevisionError) as exc:
         print(f"memsift notes verify: {exc}", file=sys.stderr)
         return 1
+    if report.revision:  # the index takes the statuses now rather than on the next prompt
+        try:
+            store.reindex(wait=0)
+        except Exception as exc:  # the next prompt or sweep rebuilds it
+            print(f"memsift notes verify: the notes index waits ({exc})", file=sys.stderr)
     for nid, what in report.failed.items():
         print(f"{nid}: unverified ({what})")
     for nid in report.cleared:

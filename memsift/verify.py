@@ -416,15 +416,16 @@ def verify(store: NoteStore, root: Path, *, today: dt.date | None = None, second
 
     A note is checked from the file as read first; its status is written, under the store's
     lock and from the file as it is then, only where its text is still the one checked. A
-    status is written only when it changes (a note failing the same way keeps its first date).
+    status is written only when it changes (a note failing the same way keeps its first date),
+    and a status whose revision the user undid (`memsift notes undo`) is not written again for
+    the same failure of the same note.
     `today` is the date of the statuses (default: today, UTC); `seconds` the budget.
 
     :raises OSError: the notes file or the revision log cannot be written.
     :raises revision.RevisionError: the notes file does not parse strictly (a mistyped
         header: fix it with `memsift notes edit`); nothing is written then.
     """
-    from .revision import Replace, apply_ops, commit, snapshot
-    from .revision import _File  # one line splitter for the notes file
+    from .revision import Replace, _File, apply_ops, commit, history, snapshot
 
     today = today or dt.datetime.now(dt.UTC).date()
     report = Report()
@@ -459,6 +460,7 @@ def verify(store: NoteStore, root: Path, *, today: dt.date | None = None, second
     with store.lock():
         text, sha = snapshot(store)
         f = _File.read(text)
+        dismissed = _dismissed(history(store))
         ops = []
         for n in f.parsed.notes:
             if n.id not in outcome or outcome[n.id][0] != text_hash(n.text) or not n.active:
@@ -469,6 +471,8 @@ def verify(store: NoteStore, root: Path, *, today: dt.date | None = None, second
                 if what:
                     report.failed[n.id] = n.unverified
                 continue
+            if what and (n.id, what) in dismissed:
+                continue  # the user undid this very status: it is not written again
             i = f.spans[n.id].start
             head = re.sub(r" +· +unverified +\([^()]*\) *$", "", f.content[i].rstrip())
             if what:
@@ -483,3 +487,18 @@ def verify(store: NoteStore, root: Path, *, today: dt.date | None = None, second
     log.info("verify %s: %d notes, %d checked, %d unverified, %d cleared%s", store.folder, report.notes,
              report.checked, len(report.failed), len(report.cleared), " (out of time)" if report.timed_out else "")
     return report
+
+
+def _dismissed(entries) -> set[tuple[str, str]]:
+    """(note id, what failed) of each status a verifier revision wrote that was undone
+    (`revision.history` entries)."""
+    undone = {e.undoes for e in entries if e.action == "undo"}
+    out = set()
+    for e in entries:
+        if e.backend != "verifier" or e.action != "revise" or e.id not in undone:
+            continue
+        for op in e.ops:
+            m = re.match(r"## +(\S+) .* · unverified \((.*), \d{4}-\d{2}-\d{2}\) *$", str(op.get("new", "")))
+            if m:
+                out.add((m[1], m[2]))
+    return out

@@ -84,6 +84,9 @@ def test_a_path_renamed_in_a_commit_is_flagged_and_undo_reverts_it(repo, encoder
     assert verify(store, repo, today=DAY + dt.timedelta(days=1)).revision is None
     undo(store)
     assert store.markdown.read_bytes() == before
+    # undone: the same failure is not flagged again (the user said the note is fine)
+    assert verify(store, repo, today=DAY).revision is None
+    assert store.markdown.read_bytes() == before
 
 
 def test_a_deleted_branch_is_flagged_and_a_check_that_passes_clears_it(repo, encoder):
