@@ -151,3 +151,26 @@ def test_an_unverified_note_is_pasted_with_its_status_in_its_frame(repo, encoder
     result = Recaller(scripted(answers={"N1": 0.9}), encoder, store, None, today=DAY).recall("where is the payment code?")
     assert ("[memsift note N1 · 2026-11-01 · context · unverified (path src/pay.py not found, 2026-12-02)] "
             "The payment code lives in `src/pay.py`.") in result.text
+
+
+def test_the_session_start_sweep_verifies_in_its_own_process(repo, encoder):
+    """What the session-start hook detaches (`memsift capture --sweep`) runs the verifier."""
+    store = store_for(repo, encoder, [Note("N1", "2026-11-01", "context", "Hotfixes go on the `release-2` branch.")])
+    git(repo, "branch", "-D", "release-2")
+    out = run_memsift("capture", "--log", f"--cwd={repo}", "--sweep", "--exclude=s1",
+                      env={"MEMSIFT_ENCODER": "hashing-v1"})
+    assert out.returncode == 0, out.stderr
+    assert by_id(store)["N1"].unverified.startswith("branch release-2 not found, ")
+
+
+def test_a_verifier_failure_is_logged_and_the_sweep_goes_on(repo, encoder, monkeypatch, memsift_home, caplog):
+    from memsift import capture, verify as verify_module
+
+    store_for(repo, encoder, [Note("N1", "2026-11-01", "context", "The code is in `src/pay.py`.")])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(verify_module, "verify", broken)
+    capture._verify(repo, memsift_home)  # raises nothing
+    assert "verifying the notes" in caplog.text
