@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from .notefile import Note, text_hash
+from .notefile import text_hash
 
 if TYPE_CHECKING:
     from .notes import NoteStore
@@ -109,8 +109,7 @@ class Claim:
     value: str
 
     def __str__(self) -> str:
-        return {"path": "path {}", "branch": "branch {}", "script": "script `{}`", "env": "variable {}"}[
-            self.kind].format(self.value if self.kind == "script" else self.value)
+        return f"{'variable' if self.kind == 'env' else self.kind} {self.value}"
 
 
 def claims(text: str) -> list[Claim]:
