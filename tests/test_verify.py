@@ -174,3 +174,14 @@ def test_a_verifier_failure_is_logged_and_the_sweep_goes_on(repo, encoder, monke
     monkeypatch.setattr(verify_module, "verify", broken)
     capture._verify(repo, memsift_home)  # raises nothing
     assert "verifying the notes" in caplog.text
+
+
+def test_undo_of_a_status_keeps_the_notes_added_since(repo, encoder):
+    store = store_for(repo, encoder, [Note("N1", "2026-11-01", "context", "The payment code lives in `src/pay.py`.")])
+    (repo / "src" / "pay.py").unlink()
+    verify(store, repo, today=DAY)
+    store.add([Note("N2", "2026-12-02", "decision", "Refunds: issued within 14 days, by the support team.")],
+              link_supersession=False)
+    undo(store)
+    notes = by_id(store)
+    assert notes["N1"].unverified is None and "N2" in notes
