@@ -57,6 +57,9 @@ PROMPT_EMBED_MAX = 8
 #: The index's layout; an index of another (older) layout is rewritten from its own vectors,
 #: embedding nothing. 2: each note's session and verifier status, for fading and the frame.
 INDEX_SCHEMA = "2"
+#: Notes a search adds to the shortlist because an older note of their chain matched
+#: (`NoteStore.search` with `superseded`): each is one more question for the judge.
+SUPERSEDED_EXTRA = 2
 
 
 def indexed_text(note: Note) -> str:
@@ -68,16 +71,15 @@ def indexed_text(note: Note) -> str:
 @dataclass(frozen=True)
 class NoteHits:
     """Retrieval result: candidate notes best first, their cosines and vectors, and the median
-    cosine of the query over the `count` active notes. A candidate may be a superseded note
-    (it matched the query); `newest` maps its id to the active note at the end of its chain,
-    which is the one that may be pasted."""
+    cosine of the query over the `count` active notes. `found_by` maps a candidate that only a
+    superseded note of its chain matched to that note's id (`NoteStore.search`)."""
 
     notes: list[Note]
     cosines: list[float]
     vectors: np.ndarray
     background: float
     count: int
-    newest: dict[str, Note] = field(default_factory=dict)
+    found_by: dict[str, str] = field(default_factory=dict)
 
 
 class NoteStore:
@@ -465,10 +467,15 @@ class NoteStore:
 
     def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset(),
                *, superseded: bool = False) -> NoteHits:
-        """Active notes not in `exclude`, ranked by `backends.sqlite.hybrid_search`. With
-        `superseded`, the superseded ones too whose newest note (the end of their chain) is
-        not in `exclude`, each mapped to that note in `NoteHits.newest`, so that a message
-        worded like an older note still finds what replaced it (recall pastes the newest).
+        """Active notes not in `exclude`, ranked by `backends.sqlite.hybrid_search`.
+
+        With `superseded`, a superseded note that would have made the shortlist (its cosine
+        at least the `k`-th active one's, or a full-text hit) brings in the newest note of its
+        chain, when that one is active, not in `exclude` and not shortlisted already: at most
+        `SUPERSEDED_EXTRA` are added after the others, and `NoteHits.found_by` names the
+        older note that found each. The older note itself is never a candidate, so that what
+        is judged is what may be pasted. A message worded like an older note still finds what
+        replaced it, and the shortlist of the active notes stays as it is.
 
         The background is the median cosine over the active notes. Sets `stale` when the index
         lags the Markdown (see `_fresh_index`). Raises `NotesFormatError` if the Markdown
@@ -480,40 +487,46 @@ class NoteStore:
         empty = NoteHits([], [], np.zeros((0, len(query_vector)), np.float32), 0.0, 0)
         if path is None:
             return empty
+        found_by: dict[str, str] = {}
         try:
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-                rows = db.execute(
+                every = db.execute(
                     "SELECT rowid, id, date, kind, text, superseded_by, session, unverified, vector FROM notes"
                 ).fetchall()
-                found = {r[1]: Note(id=r[1], date=r[2], kind=r[3], text=r[4], superseded_by=r[5], session=r[6],
-                                    unverified=r[7]) for r in rows}
-                newest: dict[str, Note] = {}
-                for r in rows:
-                    if r[5] is not None:
-                        head = _newest(found, r[1])
-                        if head is not None and head not in exclude:
-                            newest[r[1]] = found[head]
-                rows = [r for r in rows if r[1] not in exclude and (r[5] is None or superseded and r[1] in newest)]
-                active = [i for i, r in enumerate(rows) if r[5] is None]
-                if not active:
+                rows = [r for r in every if r[5] is None and r[1] not in exclude]
+                if not rows:
                     return empty
                 order, cos, matrix, background = hybrid_search(db, rows, "notes_fts", query_vector, query_text, k)
+                older = [r for r in every if r[5] is not None and r[1] not in exclude] if superseded else []
+                if older:
+                    links = {r[1]: r[5] for r in every}
+                    position = {r[1]: i for i, r in enumerate(rows)}
+                    shortlisted = {rows[i][1] for i in order}
+                    top = sorted(cos, reverse=True)
+                    floor = top[k - 1] if len(top) >= k else -np.inf
+                    old_order, old_cos, _, _ = hybrid_search(db, older, "notes_fts", query_vector, query_text, k)
+                    for rank, j in enumerate(old_order):
+                        if old_cos[j] < floor and rank < min(k, len(older)):
+                            continue  # ranked below the active shortlist, and no full-text hit
+                        head = _newest(links, older[j][1])
+                        if head in position and head not in shortlisted and len(found_by) < SUPERSEDED_EXTRA:
+                            order.append(position[head])
+                            shortlisted.add(head)
+                            found_by[head] = older[j][1]
         except sqlite3.Error as exc:
             log.warning("notes index %s unreadable (%s): no notes searched", path, exc)
             self.stale = True
             return empty
-        if len(active) < len(rows):  # the background and count are the active notes' alone
-            background = float(np.median(cos[active]))
-        notes = [found[rows[i][1]] for i in order]
-        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background, len(active),
-                        {n.id: newest[n.id] for n in notes if n.id in newest})
+        notes = [Note(id=rows[i][1], date=rows[i][2], kind=rows[i][3], text=rows[i][4], session=rows[i][6],
+                      unverified=rows[i][7]) for i in order]
+        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background, len(rows), found_by)
 
 
-def _newest(notes: dict[str, Note], note_id: str) -> str | None:
-    """The active note at the end of `note_id`'s supersession chain in `notes` (by id), or
-    None for a chain that ends in a cycle."""
+def _newest(links: dict[str, str | None], note_id: str) -> str | None:
+    """The note at the end of `note_id`'s supersession chain, following `links` (note id ->
+    the id that supersedes it, or None), or None for a chain that ends in a cycle."""
     seen = {note_id}
-    while (by := notes[note_id].superseded_by) in notes:
+    while (by := links.get(note_id)) in links:
         if by in seen:
             return None
         seen.add(by)

@@ -284,35 +284,24 @@ class Recaller:
         return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
 
     def _notes(self, message: str, hits, qvec: np.ndarray, context: set[str], trace: list, t0: float) -> list[Item]:
-        """The note to paste among the hits (`NoteStore.search`), or [].
-
-        A hit is judged on its own text; what may be pasted is the newest note of its chain
-        (`NoteHits.newest`: a superseded note that answers is answered by what replaced it,
-        never pasted itself). A note whose weight (`fading.weight`, of the note that would be
-        pasted) is below `Settings.fade_floor` is not judged; the weight orders those that pass.
-        """
+        """The note to paste among the hits (`NoteStore.search`), or []. A note whose weight
+        (`fading.weight`) is below `Settings.fade_floor` is not judged; the weight orders
+        those that pass."""
         from .fading import weight
 
         s = self.settings
         today = self.today or dt.datetime.now(dt.UTC).date()
-        pastes = [hits.newest.get(n.id, n) for n in hits.notes]
-        weights = [weight(p, today, s.fade_half_life_days) for p in pastes]
+        weights = [weight(n, today, s.fade_half_life_days) for n in hits.notes]
         keep = [i for i, w in enumerate(weights) if w >= s.fade_floor]
         if len(keep) < len(weights):
-            trace.append({"step": "faded", "ms": 0.0,
-                          "notes": [{"id": pastes[i].id, "weight": round(weights[i], 3)}
-                                    for i in range(len(weights)) if i not in keep]})
+            trace.append({"step": "faded", "ms": 0.0, "notes": [
+                {"id": hits.notes[i].id, "weight": round(weights[i], 3)} for i in range(len(weights)) if i not in keep]})
         items = [Item(n.id, "note", n.date, n.text, n.kind, n.unverified) for n in (hits.notes[i] for i in keep)]
         chosen = self._judge("note_answers", message, items, hits.vectors[keep], (hits.background, hits.count), qvec,
                              s.note_threshold, 1, context, trace, t0, [weights[i] for i in keep])
-        out = []
-        for item in chosen:
-            new = hits.newest.get(item.id)
-            if new is not None:
-                item = Item(new.id, "note", new.date, new.text, new.kind, new.unverified)
-                trace[-1]["pasted_newest"] = new.id
-            out.append(item)
-        return out
+        if hits.found_by:
+            trace[-1]["found_by_older"] = dict(hits.found_by)
+        return chosen
 
     def _judge(
         self, question_id: str, message: str, items: list[Item], vectors: np.ndarray | None,

@@ -17,8 +17,14 @@ NOTES = [
     Note("N1", "2026-01-01", "context", "Staging runs in eu-west-1 on Kubernetes with autoscaling.", session="s1"),
     Note("N2", "2026-03-01", "context", "Moved to us-east-1 last week.", session="s2"),
     Note("N3", "2026-06-01", "context", "Now ap-south-1, for the latency to Mumbai.", session="s3"),
-    Note("N4", "2026-06-02", "decision", "Payments: Adyen chosen over Stripe because of SEPA direct debit."),
+] + [  # active notes that share a word with the message, so that the newest link alone ranks below them
+    Note(f"N{10 + i}", "2026-06-02", "convention", text) for i, text in enumerate([
+        "Staging deploys need a green CI run first.", "Kubernetes manifests live in the infra repository.",
+        "Autoscaling thresholds are reviewed every quarter.", "Staging data is wiped every Sunday night.",
+        "Kubernetes secrets come from the vault operator.", "Staging uses the sandbox payment keys.",
+    ])
 ]
+MESSAGE = "does staging still run in eu-west-1 on kubernetes with autoscaling?"
 
 
 @pytest.fixture
@@ -38,21 +44,22 @@ def test_chain_lists_oldest_to_newest():
 
 
 def test_only_the_oldest_shares_the_words_and_the_newest_is_pasted(store, encoder, scripted):
-    message = "does staging still run in eu-west-1 on kubernetes with autoscaling?"
-    search = store.search(encoder.query([message])[0], message, 5, superseded=True)
-    assert search.newest["N1"].id == "N3"
-    # the judge finds that the oldest note answers; what is pasted is the newest of its chain
-    model = scripted(answers={"N1": 0.95, "N2": 0.1, "N3": 0.1})
-    result = Recaller(model, encoder, store, None, today=dt.date(2026, 6, 10)).recall(message)
+    q = encoder.query([MESSAGE])[0]
+    assert "N3" not in [n.id for n in store.search(q, MESSAGE, 5).notes]  # by its own words, N3 is not found
+    hits = store.search(q, MESSAGE, 5, superseded=True)
+    assert hits.found_by == {"N3": "N1"} and hits.notes[-1].id == "N3"
+    assert not {"N1", "N2"} & {n.id for n in hits.notes}  # an older link is never a candidate
+    model = scripted(answers={"N1": 0.99, "N2": 0.99, "N3": 0.9})
+    result = Recaller(model, encoder, store, None, today=dt.date(2026, 6, 10)).recall(MESSAGE)
     assert [i.id for i in result.items] == ["N3"]
     assert "[memsift note N3 · 2026-06-01 · context] Now ap-south-1" in result.text
     assert "eu-west-1" not in result.text and "us-east-1" not in result.text
 
 
 def test_an_older_link_is_never_pasted_once_the_newest_was(store, encoder, scripted):
-    model = scripted(answers={"N1": 0.95})
-    result = Recaller(model, encoder, store, None).recall("staging eu-west-1 kubernetes?", pasted={"N3"})
-    assert result.items == []
+    model = scripted(answers={"N1": 0.99, "N2": 0.99, "N3": 0.9})
+    result = Recaller(model, encoder, store, None).recall(MESSAGE, pasted={"N3"})
+    assert not {"N1", "N2", "N3"} & {i.id for i in result.items}
 
 
 def test_notes_show_prints_the_chain(store, tmp_path, monkeypatch):
