@@ -60,11 +60,11 @@ def note_text(i: int, files: int) -> str:
     if k == 1:
         return f"The parser is in `src/parser{i}/main.py`."  # renamed since: fails
     if k == 2:
-        return f"Hotfixes go on the `release-{i % 25}` branch."  # 20 of 25 exist
+        return f"Hotfixes of area {i} go on the `release-{i % 25}` branch."  # 20 of 25 exist
     if k == 3:
-        return f"Run `npm run task{i % 40}` before a release, and `make target{i % 35}`."
+        return f"Run `npm run task{i % 40}` before release {i}, and `make target{i % 35}`."
     if k == 4:
-        return f"Workers read `SETTING_{i % 50}` for their pool size."
+        return f"Workers of pool {i} read `SETTING_{i % 50}` for their size."
     if k == 5:
         return f"The payment key is read from `$PAYMENT_TOKEN_{i}`."  # named nowhere: a full scan
     return f"Decision {i}: we chose option {i % 3} because the team knows it best."

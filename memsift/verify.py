@@ -96,6 +96,8 @@ _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 _PATH_BARE = re.compile(r"(?<![\w/.@:~$-])((?:[\w.-]+/)+[\w.-]+\.(?:" + "|".join(sorted(EXTENSIONS)) + r"))\b")
 _BRANCH = re.compile(r"(?i)\bbranch(?:es)?\s+`([\w./-]{1,100})`|`([\w./-]{1,100})`\s+branch\b")
 _SCRIPT = re.compile(r"(?<![\w-])(npm run|yarn run|yarn|pnpm run|pnpm|make|uv run)\s+([A-Za-z0-9][\w:.-]{0,80})")
+#: A word shaped like an environment variable, in a file's bytes (`Project.names_env`).
+_ENV_WORD = re.compile(rb"(?<![A-Za-z0-9_])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![A-Za-z0-9_])")
 _ENV = re.compile(r"`\$?\{?([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\}?(?:=[^`]*)?`|(?<![\w$])\$\{?([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b")
 
 
@@ -191,6 +193,7 @@ class Project:
         self._env: dict[str, bool] = {}
         self._env_complete = False
         self._scripts: dict[str, set[str] | None] = {}
+        self._tails: dict[int, set[str]] = {}
 
     # -- paths --------------------------------------------------------------------------
 
@@ -204,10 +207,20 @@ class Project:
         if (target.is_dir() if folder else target.exists()):
             return True
         files, dirs, complete = self._listing()
-        pool = dirs if folder else files | dirs
-        if rel in pool or any(p.endswith("/" + rel) for p in pool):
+        if rel in self._suffixes(dirs) or not folder and rel in self._suffixes(files):
             return True
         return False if complete else None
+
+    def _suffixes(self, paths: set[str]) -> set[str]:
+        """Every tail of each path in `paths` (`a/b/c.py`: `a/b/c.py`, `b/c.py`, `c.py`), once per set."""
+        key = id(paths)
+        if key not in self._tails:
+            tails = set()
+            for p in paths:
+                parts = p.split("/")
+                tails.update("/".join(parts[i:]) for i in range(len(parts)))
+            self._tails[key] = tails
+        return self._tails[key]
 
     def _listing(self) -> tuple[set[str], set[str], bool]:
         """The project's files and folders (relative, '/'-separated) and whether the list is
@@ -342,8 +355,8 @@ class Project:
         wanted = sorted(set(names) - set(self._env))
         if not wanted:
             return
-        pattern = re.compile(rb"(?<![A-Za-z0-9_])(" + b"|".join(re.escape(n.encode()) for n in wanted) + rb")(?![A-Za-z0-9_])")
-        found: set[str] = set()
+        want = {n.encode() for n in wanted}
+        found: set[bytes] = set()
         files, _, complete = self._listing()
         total = 0
         for rel in sorted(files):
@@ -351,19 +364,19 @@ class Project:
                 complete = False
                 break
             try:
-                with open(self.root / rel, "rb") as fh:
+                with open(os.path.join(self.root, rel), "rb") as fh:
                     data = fh.read(SCAN_FILE_BYTES)
             except OSError:
                 continue
             total += len(data)
             if b"\0" in data[:8192]:
                 continue  # binary
-            found.update(m.decode() for m in pattern.findall(data))
-            if len(found) == len(wanted):
+            found.update(want.intersection(_ENV_WORD.findall(data)))
+            if len(found) == len(want):
                 complete = True
                 break
         for n in wanted:
-            if n in found:
+            if n.encode() in found:
                 self._env[n] = True
             elif complete:
                 self._env[n] = False
