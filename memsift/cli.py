@@ -430,6 +430,8 @@ def _notes_verify(args: argparse.Namespace) -> int:
         print(f"{nid}: unverified ({what})")
     for nid in report.cleared:
         print(f"{nid}: holds again (status cleared)")
+    for nid, what in report.dismissed.items():
+        print(f"{nid}: {what}, not marked (you undid that status)")
     print(f"{report.notes} active notes: {report.checked} with claims checked, {len(report.failed)} unverified, "
           f"{report.without_claims} without a checkable claim"
           + (", out of time before the rest" if report.timed_out else "")

@@ -409,7 +409,8 @@ def failure(claim: Claim) -> str:
 @dataclass
 class Report:
     """What one verification did. `failed` maps note ids to what failed; `cleared` lists
-    the notes whose status was cleared; `checked` counts the notes with claims checked,
+    the notes whose status was cleared; `dismissed` the notes that fail as a status the user
+    undid said, which is not written again; `checked` counts the notes with claims checked,
     `without_claims` those with none; `timed_out` says the budget ran out before every note
     was checked; `revision` is the id of the revision that changed the file (None: no change)."""
 
@@ -420,6 +421,7 @@ class Report:
     timed_out: bool = False
     revision: str | None = None
     notes: int = 0
+    dismissed: dict[str, str] = field(default_factory=dict)
 
 
 def verify(store: NoteStore, root: Path, *, today: dt.date | None = None, seconds: float = VERIFY_SECONDS) -> Report:
@@ -484,6 +486,7 @@ def verify(store: NoteStore, root: Path, *, today: dt.date | None = None, second
                     report.failed[n.id] = n.unverified
                 continue
             if what and (n.id, what) in dismissed:
+                report.dismissed[n.id] = what
                 continue  # the user undid this very status: it is not written again
             i = f.spans[n.id].start
             head = re.sub(r" +· +unverified +\([^()]*\) *$", "", f.content[i].rstrip())

@@ -85,7 +85,8 @@ def test_a_path_renamed_in_a_commit_is_flagged_and_undo_reverts_it(repo, encoder
     undo(store)
     assert store.markdown.read_bytes() == before
     # undone: the same failure is not flagged again (the user said the note is fine)
-    assert verify(store, repo, today=DAY).revision is None
+    again = verify(store, repo, today=DAY)
+    assert again.revision is None and again.dismissed == {"N1": "path src/pay.py not found"}
     assert store.markdown.read_bytes() == before
 
 
