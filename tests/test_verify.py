@@ -186,3 +186,45 @@ def test_undo_of_a_status_keeps_the_notes_added_since(repo, encoder):
     undo(store)
     notes = by_id(store)
     assert notes["N1"].unverified is None and "N2" in notes
+
+
+def test_a_status_stays_last_when_a_note_is_superseded(repo, encoder):
+    from memsift.revision import Supersede, revise
+
+    store = store_for(repo, encoder, [
+        Note("N1", "2026-11-01", "context", "The payment code lives in `src/pay.py`.", session="s1"),
+        Note("N2", "2026-11-20", "context", "The payment code moved to the billing service.", session="s2"),
+    ])
+    (repo / "src" / "pay.py").unlink()
+    verify(store, repo, today=DAY)
+    revise(store, [Supersede("N1", "N2")], backend="test")
+    header = next(line for line in store.markdown.read_text(encoding="utf-8").splitlines() if line.startswith("## N1"))
+    assert header == ("## N1 · 2026-11-01 · context · session s1 · superseded by N2 · "
+                      "unverified (path src/pay.py not found, 2026-12-02)")
+    assert by_id(store)["N1"].superseded_by == "N2"
+
+
+def test_an_index_of_the_earlier_layout_is_rewritten_without_embedding(tmp_path, encoder, scripted):
+    import sqlite3
+
+    from memsift.recall import Recaller
+
+    store = NoteStore(tmp_path / "notes", "shop", encoder=encoder)
+    store.add([Note("N1", "2026-11-01", "decision", "Payments: Adyen chosen over Stripe because of SEPA.")])
+    with sqlite3.connect(store.index_path) as db:  # as an index written before the layout had a schema
+        db.execute("DELETE FROM meta WHERE key = 'schema'")
+        db.execute("ALTER TABLE notes DROP COLUMN session")
+        db.execute("ALTER TABLE notes DROP COLUMN unverified")
+    result = Recaller(scripted(answers={"N1": 0.9}), encoder, store, None).recall("which payment provider?")
+    assert [i.id for i in result.items] == ["N1"]
+    with sqlite3.connect(store.index_path) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
+
+
+def test_the_prompt_path_never_imports_the_verifier():
+    import sys
+
+    code = ("import sys, memsift.hook, memsift.recall, memsift.client; "
+            "print(sorted(m for m in sys.modules if m in ('memsift.verify', 'tomllib', 'subprocess')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "memsift.verify" not in out.stdout
