@@ -248,7 +248,9 @@ def _status(args: argparse.Namespace) -> int:
         try:
             notes = NoteStore(folder, root.name).read(strict=False)
             active = sum(n.active for n in notes.notes)
+            unverified = sum(n.active and n.unverified is not None for n in notes.notes)
             print(f"notes      {active} active, {len(notes.notes) - active} superseded"
+                  + (f", {unverified} unverified (memsift notes list)" if unverified else "")
                   + (f"; {len(notes.problems)} problem(s), first {notes.problems[0]} (memsift notes edit)"
                      if notes.problems else ""))
         except (NotesFormatError, OSError) as exc:

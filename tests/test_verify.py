@@ -140,6 +140,8 @@ def test_notes_verify_and_list_and_show(repo, encoder, tmp_path):
     assert b"N1: unverified (path src/pay.py not found, " in out.stdout
     listed = run_memsift("notes", "list", "--project", str(repo)).stdout.decode()
     assert "N1 · 2026-11-01 · context (unverified: path src/pay.py not found, " in listed
+    status = run_memsift("status", "--project", str(repo)).stdout.decode()
+    assert "notes      1 active, 0 superseded, 1 unverified (memsift notes list)" in status
     assert history(store)[-1].backend == "verifier"
 
 
