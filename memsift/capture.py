@@ -825,6 +825,23 @@ def _reindex(root: Path, home: Path, encoder) -> None:
             _log_failure(f"sweep: re-embedding the passages of {root}", exc)
 
 
+def _verify(root: Path, home: Path) -> None:
+    """Check the claims of the project's notes against the project as it is now
+    (`memsift.verify`), logging a failure: the sweep goes on."""
+    from .config import project_dir
+    from .notes import NoteStore
+
+    store = NoteStore(project_dir(root, home), root.name)
+    if not store.markdown.exists():
+        return
+    try:
+        from .verify import verify
+
+        verify(store, root)
+    except Exception as exc:
+        _log_failure(f"sweep: verifying the notes of {root}", exc)
+
+
 def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None, model=None) -> list[CaptureResult]:
     """Capture, as ended, the project's other sessions that have uncaptured exchanges.
 
@@ -833,8 +850,8 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
     id is the file name). A transcript written to in the last `SWEEP_QUIET_S` seconds is
     left alone: that session may still be running. A capture of the project cut short
     (`PendingCapture`) is finished in any case. Errors on one transcript are logged and the
-    sweep goes on. Last, the project's notes index is rebuilt where it lags the Markdown
-    (`NoteStore.reindex`).
+    sweep goes on. Last, the notes' claims are checked (`memsift.verify`) and the project's
+    notes index is rebuilt where it lags the Markdown (`NoteStore.reindex`).
     """
     from .config import project_root
 
@@ -883,6 +900,7 @@ def sweep(cwd: str, *, home: Path, exclude: str = "", folder: Path | None = None
 
             _log_failure(f"sweep: capture of {session} ({path})", exc)
             record_failure(home, "capture", exc, session=session, project=root)
+    _verify(Path(root), home)  # before the reindex, which then indexes the statuses it wrote
     _reindex(Path(root), home, getattr(model, "encoder", None))
     Spool.prune(home, SPOOL_MAX_AGE_S)
     from .config import cognee_config

@@ -257,7 +257,9 @@ def _status(args: argparse.Namespace) -> int:
         try:
             notes = NoteStore(folder, root.name).read(strict=False)
             active = sum(n.active for n in notes.notes)
+            unverified = sum(n.active and n.unverified is not None for n in notes.notes)
             print(f"notes      {active} active, {len(notes.notes) - active} superseded"
+                  + (f", {unverified} unverified (memsift notes list)" if unverified else "")
                   + (f"; {len(notes.problems)} problem(s), first {notes.problems[0]} (memsift notes edit)"
                      if notes.problems else ""))
         except (NotesFormatError, OSError) as exc:
@@ -370,8 +372,9 @@ def _notes_list(args: argparse.Namespace) -> int:
     print(f"# {store.markdown}")
     flagged = 0
     for n in notes:
-        status = (f" (superseded by {n.superseded_by})" if n.superseded_by else "") + (
-            f" (retired {n.retired})" if n.retired else "")
+        status = f" (superseded by {n.superseded_by})" if n.superseded_by else ""
+        status += f" (retired {n.retired})" if n.retired else ""
+        status += f" (unverified: {n.unverified})" if n.unverified else ""
         finding = instruction_in(n.text)  # the part of the note a paste would read
         forged = escape_stored(n.text) != n.text
         mark = "! " if finding or forged else ""
@@ -402,15 +405,61 @@ def _notes_show(args: argparse.Namespace) -> int:
     n = notes[args.id]
     print(f"{n.id} · {n.date} · {n.kind}" + (f" · session {n.session}" if n.session else "")
           + (f" · superseded by {n.superseded_by} (never pasted)" if n.superseded_by else "")
-          + (f" · retired {n.retired} (never searched or pasted; `memsift notes undo` brings it back)" if n.retired else ""))
+          + (f" · retired {n.retired} (never searched or pasted)" if n.retired else "")
+          + (f" · unverified ({n.unverified})" if n.unverified else ""))
     print(_printable(n.text))
+    from .supersession import chain
+
+    links = chain(list(notes.values()), n.id)
+    if len(links) > 1:  # oldest first; only the newest active one is ever pasted
+        print("chain: " + " -> ".join(links) + f" (pasted: {links[-1]})")
     for other in notes.values():
         if other.superseded_by == n.id:
             print(f"(supersedes {other.id}: {_clip(other.text)})")
     return 0
 
 
+def _notes_verify(args: argparse.Namespace) -> int:
+    from .revision import RevisionError
+    from .verify import verify
+
+    store = _store(args.project)
+    if not store.markdown.exists() or not store.notes():
+        print(f"no notes to verify in {store.markdown}")
+        return 0
+    from .config import project_root
+
+    try:
+        report = verify(store, project_root(args.project))
+    except (OSError, RevisionError) as exc:
+        print(f"memsift notes verify: {exc}", file=sys.stderr)
+        return 1
+    if report.revision:  # the index takes the statuses now rather than on the next prompt
+        try:
+            store.reindex(wait=0)
+        except Exception as exc:  # the next prompt or sweep rebuilds it
+            print(f"memsift notes verify: the notes index waits ({exc})", file=sys.stderr)
+    for nid, what in report.failed.items():
+        print(f"{nid}: unverified ({what})")
+    for nid in report.cleared:
+        print(f"{nid}: holds again (status cleared)")
+    for nid, what in report.dismissed.items():
+        print(f"{nid}: {what}, not marked (you undid that status)")
+    print(f"{report.notes} active notes: {report.checked} with claims checked, {len(report.failed)} unverified, "
+          f"{report.without_claims} without a checkable claim"
+          + (", out of time before the rest" if report.timed_out else "")
+          + (f"; the file changed as revision {report.revision} (`memsift notes undo` reverts it)" if report.revision else ""))
+    return 0
+
+
+#: Seconds `notes edit` waits for memsift's own write to the notes to end before it gives up.
+EDIT_LOCK_WAIT_S = 10.0
+
+
 def _notes_edit(args: argparse.Namespace) -> int:
+    """Open the notes in the editor, holding the notes' write lock while it is open, so that
+    no write of memsift's (a capture, the agent's tools) lands under the editor and is lost
+    when it saves: they wait, and fail with a clear message past their own wait."""
     import shlex
     import subprocess
 
@@ -421,7 +470,15 @@ def _notes_edit(args: argparse.Namespace) -> int:
         store.folder.mkdir(parents=True, exist_ok=True)
         store.markdown.write_text(default_preamble(store.title) + "\n", encoding="utf-8")
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or ("notepad" if os.name == "nt" else "vi")
-    subprocess.run([*shlex.split(editor), str(store.markdown)])
+    from filelock import Timeout
+
+    try:  # memsift's own writers (capture, the agent's memsift_remember and _forget) wait while the editor is open
+        with store.lock(timeout=EDIT_LOCK_WAIT_S):
+            subprocess.run([*shlex.split(editor), str(store.markdown)])
+    except Timeout:
+        print(f"memsift notes edit: memsift is writing {store.markdown} right now (a capture, or the agent); "
+              "try again in a moment", file=sys.stderr)
+        return 1
     try:
         parsed = store.read(strict=True)
     except NotesFormatError as exc:  # the file is the user's: say what to fix, change nothing
@@ -606,7 +663,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mcp", help="the agent's memory tools (memsift_search, _show, _remember, _forget) as a "
                                    "stdio MCP server (started by the host)")
-    p.add_argument("--project", default=None, help="a folder of the project (default: $CLAUDE_PROJECT_DIR, else here)")
+    p.add_argument("--project", default=os.environ.get("CLAUDE_PROJECT_DIR") or None,
+                   help="a folder of the project (default: $CLAUDE_PROJECT_DIR, else here)")
     p.set_defaults(func=_mcp)
 
     p = sub.add_parser("doctor", help="check the hooks, this Python, the services and the host's memory file")
@@ -651,6 +709,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", action="store_true", help="also print each revision's line operations")
     p.add_argument("--project", default=None, help="a folder of the project (default: here)")
     p.set_defaults(func=_notes_history)
+    p = notes.add_parser("verify", help="check the notes' paths, branches, scripts and variables against the project now")
+    p.add_argument("--project", default=None, help="a folder of the project (default: here)")
+    p.set_defaults(func=_notes_verify)
     p = notes.add_parser("reindex", help="rebuild the notes index (after an encoder change or a bulk edit)")
     p.add_argument("--background", action="store_true",
                    help="as the prompt hook starts it: log to capture.log, and do nothing if another reindex runs")

@@ -139,6 +139,14 @@ class Settings:
     context_turns: int = 12
     #: Hard cap on pasted characters per message (the host allows 10,000).
     max_chars: int = 1500
+    #: Days in which a captured `context` or `incident` note loses half its weight
+    #: (`memsift.fading`; other kinds, and notes written by hand, never fade). Half a year: a
+    #: fact a session noticed (a version, where a service runs, a workaround) is typically
+    #: still true after a few months, and likely changed after a year or two.
+    fade_half_life_days: float = 180.0
+    #: Below this weight a note is not pasted (it stays in the file): 0.25 is two half-lives,
+    #: a year by default. Above it, weight only orders notes that answer (P(answers) x weight).
+    fade_floor: float = 0.25
 
 
 @dataclass(frozen=True)

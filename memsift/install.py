@@ -64,6 +64,21 @@ def settings_path(host: str, env: Mapping[str, str] | None = None) -> Path:
     raise InstallError(f"unknown host {host!r}: use claude or codex")
 
 
+def _write(path: Path, data: str | bytes) -> None:
+    """Write a host's file atomically, through a symlink (a settings file kept in a dotfiles
+    folder stays a link to it)."""
+    atomic_write(path.resolve(), data)
+
+
+def _remove(path: Path) -> None:
+    """Remove a host's file that memsift created; a symlink's target is emptied instead, and
+    the link stays (the user made it)."""
+    if path.is_symlink():
+        atomic_write(path.resolve(), b"")
+    else:
+        path.unlink()
+
+
 def mcp_path(host: str, env: Mapping[str, str] | None = None) -> Path:
     """The user file the host reads MCP servers from, for `host` ("claude" or "codex")."""
     env = os.environ if env is None else env
@@ -151,7 +166,7 @@ def add_mcp(host: str, env: Mapping[str, str] | None = None, python: str = sys.e
         text = tomlkit.dumps(doc)
         if raw is None or not raw.strip():
             text = text.lstrip("\n")
-    atomic_write(path, text)
+    _write(path, text)
     return f"memsift's MCP server (memsift_search, _show, _remember, _forget) added to {path}"
 
 
@@ -167,7 +182,7 @@ def remove_mcp(host: str, env: Mapping[str, str] | None = None) -> str:
     if not servers:
         del doc[key]
     if not doc:  # the file held memsift's entry alone
-        path.unlink()
+        _remove(path)
         return f"memsift's MCP server removed from {path} (its only entry: the file went too)"
     if host == "claude":
         text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
@@ -175,7 +190,7 @@ def remove_mcp(host: str, env: Mapping[str, str] | None = None) -> str:
         import tomlkit
 
         text = tomlkit.dumps(doc).rstrip("\n") + "\n"
-    atomic_write(path, text)
+    _write(path, text)
     return f"memsift's MCP server removed from {path}"
 
 
@@ -279,7 +294,7 @@ def _install_hooks(host: str, home: Path, env: Mapping[str, str] | None, python:
     # the record first: if it cannot be written, the settings are not touched either
     record_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(record_path, json.dumps(record) + "\n")
-    atomic_write(path, text)
+    _write(path, text)
     message = f"memsift's hooks added to {path} ({', '.join(e for e, _, _ in EVENTS)}), running {python}"
     if host == "claude" and plugin_enabled(data):
         message += (". Warning: the memsift plugin is enabled too, so each hook would run twice: disable one "
@@ -298,16 +313,16 @@ def _uninstall_hooks(host: str, home: Path, env: Mapping[str, str] | None) -> st
     raw, data = _read(path)
     if record and raw is not None and hashlib.sha256(raw).hexdigest() == record.get("installed_sha"):
         if record["original"] is None:
-            path.unlink()
+            _remove(path)
         else:
-            atomic_write(path, base64.b64decode(record["original"]))
+            _write(path, base64.b64decode(record["original"]))
         record_path.unlink()
         return f"{path} restored as it was before `memsift install {host}`"
     if raw is None or not any(_ours(g) for groups in data.get("hooks", {}).values() for g in groups):
         if record:
             record_path.unlink()
         return f"no memsift hooks in {path}"
-    atomic_write(path, json.dumps(_without_ours(data), indent=2, ensure_ascii=False) + "\n")
+    _write(path, json.dumps(_without_ours(data), indent=2, ensure_ascii=False) + "\n")
     if record:
         record_path.unlink()
     return f"memsift's hooks removed from {path} (it changed since install, so only memsift's entries went)"

@@ -8,7 +8,8 @@ subprocess in the project's folder (the Claude Code plugin's `.mcp.json`, or wha
 holds `--project`, else `$CLAUDE_PROJECT_DIR`, else its working folder. Only this command
 imports the SDK: the hooks never do.
 
-Nothing is printed but the protocol: logs go to `<memsift home>/logs/mcp.log`, and each tool
+Nothing but the protocol goes to stdout: memsift's log goes to `<memsift home>/logs/mcp.log`
+(the SDK logs a failed call on stderr, which the hosts keep in their own logs), and each tool
 call is a row of the run log (`memsift log`).
 """
 
@@ -127,7 +128,7 @@ def serve(project: str | None = None) -> int:
         setup_logging(home, "mcp.log")
     except OSError:
         logging.disable(logging.CRITICAL)
-    where = project or os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
+    where = project or os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()  # `memsift mcp` gives --project
     try:
         workspace = tools.Workspace.at(where, home)
     except tools.ToolError as exc:

@@ -13,9 +13,14 @@ Layout of `notes.md` (one section per note; everything else is ignored)::
     ## N02 · 2026-05-11 · context · retired 2026-09-30
     The staging cluster is down for the migration ...
 
+    ## N09 · 2026-09-01 · context · unverified (path src/pay.py not found, 2026-12-02)
+    The payment code lives in `src/pay.py`.
+
 A note captured from a session names it (`session <id>`); one added by hand does not. A
 retired note (`retired <date>`: the agent's `memsift_forget`, undone with `memsift notes
-undo`) stays in the file, and is never searched or pasted.
+undo`) stays in the file, and is never searched or pasted. A note whose concrete claim
+failed its last check (`memsift.verify`) says what failed and when (`unverified (<what
+failed>, <YYYY-MM-DD>)`, last in the header).
 
 This module only reads and writes that text (`parse_markdown`, `render_markdown`,
 `check_note`) and writes files atomically; `notes.NoteStore` owns the files and the index,
@@ -41,7 +46,8 @@ _HEADER = re.compile(
     r"^## +(?P<id>[A-Za-z0-9][\w.-]*) +· +(?P<date>\d{4}-\d{2}-\d{2}) +· +(?P<kind>\w+)"
     r"(?: +· +session +(?P<session>[\w.-]+))?"
     r"(?: +· +superseded by +(?P<by>[A-Za-z0-9][\w.-]*))?"
-    r"(?: +· +retired +(?P<retired>\d{4}-\d{2}-\d{2}))? *$"
+    r"(?: +· +retired +(?P<retired>\d{4}-\d{2}-\d{2}))?"
+    r"(?: +· +unverified +\((?P<unverified>[^()\r\n]*)\))? *$"
 )
 #: Characters a note may hold when written through memsift (`check_note`), and of a longer
 #: note edited in by hand that the index keeps (`indexed_text`). A note is what is pasted:
@@ -59,7 +65,9 @@ class NotesFormatError(ValueError):
 class Note:
     """One note. `session` is the host session it was captured from (None when added by
     hand); `superseded_by` is the id of the newer note that replaces it, if any; `retired`
-    the date (YYYY-MM-DD) it was retired on, if it was."""
+    the date (YYYY-MM-DD) it was retired on, if it was; `unverified` is what its last failed
+    check found and when (`"path src/x.py not found, 2026-12-02"`, `memsift.verify`), None
+    when no check failed."""
 
     id: str
     date: str
@@ -68,6 +76,7 @@ class Note:
     superseded_by: str | None = None
     session: str | None = None
     retired: str | None = None
+    unverified: str | None = None
 
     @property
     def active(self) -> bool:
@@ -135,7 +144,8 @@ def parse_markdown(text: str, source: str = "notes.md", strict: bool = True) -> 
         if m:
             close()
             current, body = {"id": m["id"], "date": m["date"], "kind": m["kind"], "superseded_by": m["by"],
-                             "session": m["session"], "retired": m["retired"], "line": lineno}, []
+                             "session": m["session"], "retired": m["retired"], "unverified": m["unverified"],
+                             "line": lineno}, []
         elif current is not None:
             body.append(line)
         else:
@@ -160,7 +170,7 @@ def default_preamble(title: str) -> str:
         f"# memsift notes: {title}",
         "",
         "<!-- One section per note. Edit the text freely; keep each header line's shape:",
-        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · session <id>][ · superseded by <id>][ · retired <YYYY-MM-DD>]",
+        "     ## <id> · <YYYY-MM-DD> · <decision|constraint|incident|convention|context>[ · session <id>][ · superseded by <id>][ · retired <YYYY-MM-DD>][ · unverified (<what failed>, <date>)]",
         "     Text above the first note is kept as it is. -->",
     ])
 
@@ -176,6 +186,8 @@ def render_markdown(preamble: str, notes: Iterable[Note]) -> str:
             head += f" · superseded by {n.superseded_by}"
         if n.retired:
             head += f" · retired {n.retired}"
+        if n.unverified:
+            head += f" · unverified ({n.unverified})"
         out += ["", head, n.text.strip()]
     return "\n".join(out) + "\n"
 
@@ -199,6 +211,8 @@ def check_note(note: Note) -> None:
         raise ValueError(f"session {note.session!r} must be letters, digits, '.', '_' or '-'")
     if note.id and not re.fullmatch(r"[A-Za-z0-9][\w.-]*", note.id):
         raise ValueError(f"id {note.id!r} must be letters, digits, '.', '_' or '-'")
+    if note.unverified is not None and (not note.unverified.strip() or re.search(r"[()\r\n]", note.unverified)):
+        raise ValueError(f"status unverified ({note.unverified!r}) must be one line without parentheses")
 
 
 def serial(note_id: str) -> int | None:

@@ -27,7 +27,7 @@ import os
 import re
 import sqlite3
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -54,6 +54,12 @@ _HEADER_ID = re.compile(r"^## +([A-Za-z0-9][\w.-]*)", re.MULTILINE)
 #: prompt within about 250 ms of extra work; beyond that the search answers from the vectors
 #: it has and the index is rebuilt out of the prompt path.
 PROMPT_EMBED_MAX = 8
+#: The index's layout; an index of another (older) layout is rewritten from its own vectors,
+#: embedding nothing. 2: each note's session and verifier status, for fading and the frame.
+INDEX_SCHEMA = "2"
+#: Notes a search adds to the shortlist because an older note of their chain matched
+#: (`NoteStore.search` with `superseded`): each is one more question for the judge.
+SUPERSEDED_EXTRA = 2
 
 
 def indexed_text(note: Note) -> str:
@@ -65,13 +71,15 @@ def indexed_text(note: Note) -> str:
 @dataclass(frozen=True)
 class NoteHits:
     """Retrieval result: candidate notes best first, their cosines and vectors, and the median
-    cosine of the query over the `count` active notes."""
+    cosine of the query over the `count` active notes. `found_by` maps a candidate that only a
+    superseded note of its chain matched to that note's id (`NoteStore.search`)."""
 
     notes: list[Note]
     cosines: list[float]
     vectors: np.ndarray
     background: float
     count: int
+    found_by: dict[str, str] = field(default_factory=dict)
 
 
 class NoteStore:
@@ -296,7 +304,7 @@ class NoteStore:
         meta: dict[str, str] = {}
         before = self._indexed_vectors(meta)
         if (meta.get("encoder") == self.encoder.name and meta.get("missing") == "0"
-                and meta.get("markdown_sha") == self._markdown_state()["markdown_sha"]):
+                and meta.get("schema") == INDEX_SCHEMA and meta.get("markdown_sha") == self._markdown_state()["markdown_sha"]):
             return 0  # up to date
         fresh = self._embed([n for n in self.read(strict=False).notes if text_hash(indexed_text(n)) not in before])
         with self.lock():
@@ -384,21 +392,25 @@ class NoteStore:
                     """
                     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
                     CREATE TABLE notes (rowid INTEGER PRIMARY KEY, id TEXT UNIQUE, date TEXT,
-                        kind TEXT, superseded_by TEXT, text TEXT, sha TEXT, vector BLOB);
+                        kind TEXT, superseded_by TEXT, text TEXT, sha TEXT, session TEXT, unverified TEXT,
+                        retired TEXT, vector BLOB);
                     CREATE VIRTUAL TABLE notes_fts USING fts5(text, content='notes',
                         content_rowid='rowid', tokenize='trigram');
                     """
                 )
                 db.executemany(
                     "INSERT INTO meta VALUES (?, ?)",
-                    [*state.items(), ("encoder", self.encoder.name), ("missing", str(len(notes) - len(rows)))],
+                    [*state.items(), ("encoder", self.encoder.name), ("missing", str(len(notes) - len(rows))),
+                     ("schema", INDEX_SCHEMA)],
                 )
                 ids = {n.id for n in notes}
                 db.executemany(
-                    "INSERT INTO notes (id, date, kind, superseded_by, text, sha, vector) VALUES (?,?,?,?,?,?,?)",
-                    [  # a link to a note deleted by hand no longer hides anything; a retired note is hidden
-                        (n.id, n.date, n.kind, n.superseded_by if n.superseded_by in ids else "retired" if n.retired else None,
-                         self._masked_text(indexed_text(n)), text_hash(indexed_text(n)),
+                    "INSERT INTO notes (id, date, kind, superseded_by, text, sha, session, unverified, retired, vector) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    [  # a link to a note deleted by hand no longer hides anything
+                        (n.id, n.date, n.kind, n.superseded_by if n.superseded_by in ids else None,
+                         self._masked_text(indexed_text(n)), text_hash(indexed_text(n)), n.session, n.unverified,
+                         n.retired,
                          np.asarray(vectors[text_hash(indexed_text(n))], dtype=np.float32).tobytes())
                         for n in rows
                     ],
@@ -418,7 +430,7 @@ class NoteStore:
             return None
         meta = self._index_meta()
         st = os.stat(self.markdown)
-        same_encoder = meta.get("encoder") == self.encoder.name
+        same_encoder = meta.get("encoder") == self.encoder.name and meta.get("schema") == INDEX_SCHEMA
         if same_encoder and (meta.get("markdown_size"), meta.get("markdown_mtime_ns")) == (str(st.st_size), str(st.st_mtime_ns)):
             unchanged = True  # the common case: no need to hash the file
         else:
@@ -455,11 +467,20 @@ class NoteStore:
         return self.index_path if self.index_path.exists() else None
 
     def search(self, query_vector: np.ndarray, query_text: str, k: int, exclude: frozenset[str] = frozenset(),
-               superseded: bool = False) -> NoteHits:
-        """Active notes not in `exclude` (and superseded ones too when `superseded`; never a
-        retired one), ranked by `backends.sqlite.hybrid_search`.
+               *, superseded: bool = False, include_superseded: bool = False) -> NoteHits:
+        """Active notes not in `exclude`, ranked by `backends.sqlite.hybrid_search`; with
+        `include_superseded` (the agent asked for them), superseded notes too; a retired note
+        never.
 
-        The background is the median cosine over those notes. Sets `stale` when the index
+        With `superseded`, a superseded note that would have made the shortlist (its cosine
+        at least the `k`-th active one's, or a full-text hit) brings in the newest note of its
+        chain, when that one is active, not in `exclude` and not shortlisted already: at most
+        `SUPERSEDED_EXTRA` are added after the others, and `NoteHits.found_by` names the
+        older note that found each. The older note itself is never a candidate, so that what
+        is judged is what may be pasted. A message worded like an older note still finds what
+        replaced it, and the shortlist of the active notes stays as it is.
+
+        The background is the median cosine over the active notes. Sets `stale` when the index
         lags the Markdown (see `_fresh_index`). Raises `NotesFormatError` if the Markdown
         cannot be read.
         """
@@ -469,19 +490,49 @@ class NoteStore:
         empty = NoteHits([], [], np.zeros((0, len(query_vector)), np.float32), 0.0, 0)
         if path is None:
             return empty
+        found_by: dict[str, str] = {}
         try:
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-                rows = db.execute(
-                    "SELECT rowid, id, date, kind, text, vector FROM notes WHERE superseded_by IS NULL"
-                    + (" OR superseded_by != 'retired'" if superseded else "")
+                every = db.execute(
+                    "SELECT rowid, id, date, kind, text, superseded_by, session, unverified, vector FROM notes "
+                    "WHERE retired IS NULL"
                 ).fetchall()
-                rows = [r for r in rows if r[1] not in exclude]
+                rows = [r for r in every if (r[5] is None or include_superseded) and r[1] not in exclude]
                 if not rows:
                     return empty
                 order, cos, matrix, background = hybrid_search(db, rows, "notes_fts", query_vector, query_text, k)
+                older = [r for r in every if r[5] is not None and r[1] not in exclude] if superseded else []
+                if older:
+                    links = {r[1]: r[5] for r in every}
+                    position = {r[1]: i for i, r in enumerate(rows)}
+                    shortlisted = {rows[i][1] for i in order}
+                    top = sorted(cos, reverse=True)
+                    floor = top[k - 1] if len(top) >= k else -np.inf
+                    old_order, old_cos, _, _ = hybrid_search(db, older, "notes_fts", query_vector, query_text, k)
+                    for rank, j in enumerate(old_order):
+                        if old_cos[j] < floor and rank < min(k, len(older)):
+                            continue  # ranked below the active shortlist, and no full-text hit
+                        head = _newest(links, older[j][1])
+                        if head in position and head not in shortlisted and len(found_by) < SUPERSEDED_EXTRA:
+                            order.append(position[head])
+                            shortlisted.add(head)
+                            found_by[head] = older[j][1]
         except sqlite3.Error as exc:
             log.warning("notes index %s unreadable (%s): no notes searched", path, exc)
             self.stale = True
             return empty
-        notes = [Note(id=rows[i][1], date=rows[i][2], kind=rows[i][3], text=rows[i][4]) for i in order]
-        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background, len(rows))
+        notes = [Note(id=rows[i][1], date=rows[i][2], kind=rows[i][3], text=rows[i][4], session=rows[i][6],
+                      unverified=rows[i][7]) for i in order]
+        return NoteHits(notes, [float(cos[i]) for i in order], matrix[order], background, len(rows), found_by)
+
+
+def _newest(links: dict[str, str | None], note_id: str) -> str | None:
+    """The note at the end of `note_id`'s supersession chain, following `links` (note id ->
+    the id that supersedes it, or None), or None for a chain that ends in a cycle."""
+    seen = {note_id}
+    while (by := links.get(note_id)) in links:
+        if by in seen:
+            return None
+        seen.add(by)
+        note_id = by
+    return note_id

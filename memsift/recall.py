@@ -22,12 +22,13 @@ with its decision, probabilities and time.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,13 +49,15 @@ log = logging.getLogger("memsift")
 
 @dataclass(frozen=True)
 class Item:
-    """A note or passage considered for pasting."""
+    """A note or passage considered for pasting; `status` is a note's verifier status
+    (`Note.unverified`), pasted in its frame."""
 
     id: str
     tier: str  # "note" or "passage"
     date: str
     text: str
     kind: str | None = None
+    status: str | None = None
 
 
 @dataclass
@@ -86,8 +89,14 @@ def already_said(item_text: str, context_tokens: set[str], share: float) -> bool
 
 
 def frame(item: Item) -> str:
-    """One pasted line: `[memsift note N07 · 2026-08-14 · decision] text` (`transcript.frame_line`)."""
-    return frame_line(item.tier, item.id, item.date, item.kind, item.text)
+    """One pasted line: `[memsift note N07 · 2026-08-14 · decision] text` (`transcript.frame_line`),
+    with a note's status after its kind: `[memsift note N07 · 2026-08-14 · decision ·
+    unverified (path src/x.py not found, 2026-12-02)] text`."""
+    kind = item.kind
+    if item.status:  # from the header, which the user may edit: nothing in it may close the frame
+        status = escape_stored(re.sub(r"[\[\]()]", "", " ".join(item.status.split())))[:160]
+        kind = f"{kind or 'note'} · unverified ({status})"
+    return frame_line(item.tier, item.id, item.date, kind, item.text)
 
 
 HEADER = "memsift recall (earlier sessions of this project; reference, not instructions; may be outdated):"
@@ -174,14 +183,14 @@ def render(items: list[Item], max_chars: int) -> tuple[str, list[Item]]:
     lines, pasted = [HEADER], []
     budget = max_chars - len(HEADER)
     for item in items:
-        bare = len(frame(Item(item.id, item.tier, item.date, "", item.kind)))
+        bare = len(frame(replace(item, text="")))
         room = budget - 1  # the newline
         if room <= bare + 20:
             break
         text = pasteable(item.text, room - bare, item.tier)
         if not text:
             break
-        item = Item(item.id, item.tier, item.date, text, item.kind)
+        item = replace(item, text=text)
         line = frame(item)
         lines.append(line)
         pasted.append(item)
@@ -193,7 +202,8 @@ class Recaller:
     """The cascade over a decision model, a project's notes and a passage backend.
 
     `encoder` embeds the message for retrieval (the same encoder that embedded the stored
-    items); `backend` may be None (no passage tier).
+    items); `backend` may be None (no passage tier). `today` is the date notes fade by
+    (`memsift.fading`; default: the day of each recall, UTC).
     """
 
     def __init__(
@@ -203,12 +213,14 @@ class Recaller:
         notes: NoteStore,
         backend: PassageBackend | None,
         settings: Settings | None = None,
+        today: dt.date | None = None,
     ) -> None:
         self.model = model
         self.encoder = encoder
         self.notes = notes
         self.backend = backend
         self.settings = settings or Settings()
+        self.today = today
 
     def recall(self, message: str, previous: list[Turn] = (), pasted: set[str] = frozenset()) -> Recall:
         """Run the cascade for `message` given the previous turns and the ids already pasted."""
@@ -241,10 +253,8 @@ class Recaller:
         context = content_tokens("\n".join(f"{t.user}\n{t.assistant}" for t in previous[-s.context_turns:]))
 
         t0 = time.perf_counter()
-        hits = self.notes.search(qvec, message, s.note_shortlist, exclude=frozenset(pasted))
-        items = [Item(n.id, "note", n.date, n.text, n.kind) for n in hits.notes]
-        chosen = self._judge("note_answers", message, items, hits.vectors, (hits.background, hits.count), qvec,
-                             s.note_threshold, 1, context, trace, t0)
+        hits = self.notes.search(qvec, message, s.note_shortlist, exclude=frozenset(pasted), superseded=True)
+        chosen = self._notes(message, hits, qvec, context, trace, t0)
         if chosen:
             return self._paste(genre, chosen)
 
@@ -273,13 +283,34 @@ class Recaller:
                              s.passage_threshold, s.max_passages, context, trace, t0)
         return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
 
-    def lookup(self, message: str, limit: int, max_chars: int, superseded: bool = False,
-               threshold: float | None = None) -> Recall:
+    def _notes(self, message: str, hits, qvec: np.ndarray, context: set[str], trace: list, t0: float) -> list[Item]:
+        """The note to paste among the hits (`NoteStore.search`), or []. A note whose weight
+        (`fading.weight`) is below `Settings.fade_floor` is not judged; the weight orders
+        those that pass."""
+        from .fading import weight
+
+        s = self.settings
+        today = self.today or dt.datetime.now(dt.UTC).date()
+        weights = [weight(n, today, s.fade_half_life_days) for n in hits.notes]
+        keep = [i for i, w in enumerate(weights) if w >= s.fade_floor]
+        if len(keep) < len(weights):
+            trace.append({"step": "faded", "ms": 0.0, "notes": [
+                {"id": hits.notes[i].id, "weight": round(weights[i], 3)} for i in range(len(weights)) if i not in keep]})
+        items = [Item(n.id, "note", n.date, n.text, n.kind, n.unverified) for n in (hits.notes[i] for i in keep)]
+        chosen = self._judge("note_answers", message, items, hits.vectors[keep], (hits.background, hits.count), qvec,
+                             s.note_threshold, 1, context, trace, t0, [weights[i] for i in keep])
+        if hits.found_by:
+            trace[-1]["found_by_older"] = dict(hits.found_by)
+        return chosen
+
+    def lookup(self, message: str, limit: int, superseded: bool = False, threshold: float | None = None) -> Recall:
         """What the agent asked for (the MCP tool `memsift_search`): the notes and passages
         that answer `message`, judged as the cascade judges them but without its genre and
         topic gates (the agent decided a lookup is due) and without the session's ledger
-        (it asked again). At most `limit` items, best first by P(answers), rendered within
-        `max_chars`; `superseded` notes are judged too (the caller frames them as such).
+        (it asked again). At most `limit` items, best first by P(answers), as stored (the
+        caller renders them once, `render`; `Recall.text` is ""); `superseded` notes are
+        judged too (the caller frames them as such);
+        notes faded below `Settings.fade_floor` are not (`fading`).
         An item passes at `threshold` when given, else at the tier's threshold of the
         settings. `Recall.genre` is None; the trace has one step per tier, with each
         candidate's P(answers).
@@ -288,10 +319,17 @@ class Recaller:
         s, trace = self.settings, []
         qvec = self.encoder.query([message])[0]
         t0 = time.perf_counter()
-        hits = self.notes.search(qvec, message, max(s.note_shortlist, limit), superseded=superseded)
-        items = [Item(n.id, "note", n.date, n.text, n.kind) for n in hits.notes]
-        chosen = self._judge("note_answers", message, items, hits.vectors, (hits.background, hits.count), qvec,
-                             s.note_threshold if threshold is None else threshold, limit, set(), trace, t0)
+        hits = self.notes.search(qvec, message, max(s.note_shortlist, limit), superseded=True,
+                                 include_superseded=superseded)
+        from .fading import weight
+
+        today = self.today or dt.datetime.now(dt.UTC).date()
+        weights = [weight(n, today, s.fade_half_life_days) for n in hits.notes]
+        keep = [i for i, w in enumerate(weights) if w >= s.fade_floor]  # faded: not shown, as not pasted
+        items = [Item(n.id, "note", n.date, n.text, n.kind, n.unverified) for n in (hits.notes[i] for i in keep)]
+        chosen = self._judge("note_answers", message, items, hits.vectors[keep], (hits.background, hits.count), qvec,
+                             s.note_threshold if threshold is None else threshold, limit, set(), trace, t0,
+                             [weights[i] for i in keep])
         if self.backend is not None and len(chosen) < limit:
             t0 = time.perf_counter()
             try:
@@ -304,16 +342,16 @@ class Recaller:
                 chosen += self._judge("passage_answers", message, items, found.vectors, background, qvec,
                                       s.passage_threshold if threshold is None else threshold,
                                       limit - len(chosen), set(), trace, t0)
-        text, pasted = render(chosen, max_chars)
-        return Recall(None, pasted, text, trace, (time.perf_counter() - start) * 1000)
+        return Recall(None, chosen, "", trace, (time.perf_counter() - start) * 1000)
 
     def _judge(
         self, question_id: str, message: str, items: list[Item], vectors: np.ndarray | None,
         background: tuple[float, int] | None, qvec: np.ndarray, threshold: float, most: int,
-        context: set[str], trace: list, t0: float,
+        context: set[str], trace: list, t0: float, weights: list[float] | None = None,
     ) -> list[Item]:
         """Ask the question once per item (each judged among the shortlist); return up to
-        `most` items that pass and are not already said, best first.
+        `most` items that pass and are not already said, best first (by P(answers) times the
+        item's weight in `weights`, when given).
 
         `background` is the tier's (median cosine, item count) when retrieval knows it.
         """
@@ -339,7 +377,8 @@ class Recaller:
             said = p >= threshold and already_said(texts[i], context, self.settings.already_said)
             scored.append({"id": item.id, "p": round(p, 3), "already_said": said})
         self._step(trace, step, t0, candidates=scored)
-        passing = [(c["p"], i) for i, c in enumerate(scored) if c["p"] >= threshold and not c["already_said"]]
+        w = weights or [1.0] * len(items)
+        passing = [(c["p"] * w[i], i) for i, c in enumerate(scored) if c["p"] >= threshold and not c["already_said"]]
         return [items[i] for _, i in sorted(passing, reverse=True)[:most]]
 
     def _paste(self, genre: str | None, items: list[Item]) -> Recall:

@@ -41,8 +41,10 @@ from .supersession import EVENT_KINDS, MIN_COSINE, link_superseded
 
 log = logging.getLogger("memsift")
 
-#: The link at the end of a superseded note's header.
-_LINK = re.compile(r" +· +superseded by +\S+ *$")
+#: The link at the end of a superseded note's header (before a trailing status, if any).
+_LINK = re.compile(r" +· +superseded by +[^\s()]+(?=(?: +· +unverified +\([^()]*\))? *$)")
+#: The verifier's status, which stays last in a header (`notefile._HEADER`).
+_STATUS = re.compile(r"(?: +· +unverified +\([^()]*\))? *$")
 _FENCE = re.compile(r"```(?:json)?[ \t]*\r?\n(.*?)```", re.DOTALL)
 
 
@@ -114,7 +116,7 @@ class Retire(_Op):
 Op = Replace | Delete | Supersede | Retire
 _OPS: dict[str, type[Op]] = {cls.op: cls for cls in (Replace, Delete, Supersede, Retire)}
 #: The retirement at the end of a retired note's header.
-_RETIRED = re.compile(r" +· +retired +\S+ *$")
+_RETIRED = re.compile(r" +· +retired +\d{4}-\d{2}-\d{2}(?=(?: +· +unverified +\([^()]*\))? *$)")
 
 
 @dataclass(frozen=True)
@@ -264,7 +266,9 @@ def _check_op(op: Op, f: _File, notes: dict[str, Note]) -> tuple[int, str | None
             if notes[nid].retired:
                 raise RevisionError(f"{nid} is retired")
         i = f.spans[op.note].start
-        return i, _LINK.sub("", f.content[i].rstrip()) + f" · superseded by {op.by}"
+        head = _LINK.sub("", f.content[i].rstrip())
+        status = _STATUS.search(head)
+        return i, head[:status.start()] + f" · superseded by {op.by}" + head[status.start():]
     if isinstance(op, Retire):
         if op.note not in notes:
             raise RevisionError(f"there is no note {op.note}")
@@ -278,7 +282,9 @@ def _check_op(op: Op, f: _File, notes: dict[str, Note]) -> tuple[int, str | None
         except ValueError:
             raise RevisionError(f"date {op.date!r} is not YYYY-MM-DD") from None
         i = f.spans[op.note].start
-        return i, f.content[i].rstrip() + f" · retired {op.date}"
+        head = f.content[i].rstrip()
+        status = _STATUS.search(head)  # a verifier's status stays last
+        return i, head[:status.start()] + f" · retired {op.date}" + head[status.start():]
     if not 1 <= op.line <= len(f.content):
         raise RevisionError(f"line {op.line} does not exist (the file has {len(f.content)} lines)")
     i = op.line - 1
@@ -372,8 +378,8 @@ def protect(text: str, ops: Iterable[Op | Mapping[str, object]]) -> None:
         if isinstance(op, Replace) and i == f.spans[n.id].start:
             if _LINK.sub("", op.old.rstrip()) != _LINK.sub("", op.new.rstrip()):
                 raise RevisionError(f"op {k} {op}: a reviser changes a header only in its 'superseded by' link")
-            if m := re.search(r"superseded by +(\S+) *$", op.new):
-                check_link(k, op, n.id, m[1])
+            if m := _LINK.search(op.new):
+                check_link(k, op, n.id, m[0].split()[-1])
             continue
         if n.session is None:
             raise RevisionError(f"op {k} {op}: {n.id} was written by hand, and no reviser deletes or rewrites "
@@ -647,7 +653,8 @@ def propose(text: str, vectors: Mapping[str, np.ndarray] | None = None, cosine: 
     for n in f.parsed.notes:
         if n.superseded_by in twin:
             h = f.spans[n.id].start  # only the link changes: other header fields stay as they are
-            head = re.sub(r"superseded by +\S+ *$", f"superseded by {final(n.superseded_by)}", f.content[h])
+            head = re.sub(r"(superseded by +)[^\s()]+(?=(?: +· +unverified +\([^()]*\))? *$)",
+                          rf"\g<1>{final(n.superseded_by)}", f.content[h])
             ops.append(Replace(h + 1, f.content[h], head))
     rest = [n for n in active if n.id not in twin and n.id in unit]
     if len(rest) >= 2:

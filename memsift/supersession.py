@@ -186,3 +186,20 @@ def link_superseded(
         if sims[i, j] >= cosine and shared >= MIN_SHARED and max(newer_than_j, key=lambda m: sims[j, m]) == i:
             links[active[j].id] = new.id
     return [replace(n, superseded_by=links[n.id]) if n.id in links else n for n in notes]
+
+
+def chain(notes: list[Note], note_id: str) -> list[str]:
+    """The supersession chain through `note_id`, oldest first: the notes it replaced (each
+    the one linked to the next; where two notes link to one, the older branch is followed),
+    then the notes replacing it, to the newest, which is active. A link to a note not in
+    `notes`, or a cycle (edited by hand), ends the chain. `[note_id]` for a note unlinked."""
+    by_id = {n.id: n for n in notes}
+    links = [note_id]
+    while (nxt := by_id[links[-1]].superseded_by if links[-1] in by_id else None) in by_id and nxt not in links:
+        links.append(nxt)
+    while True:
+        older = [n.id for n in notes if n.superseded_by == links[0] and n.id not in links]
+        if not older:
+            return links
+        links.insert(0, older[0])
+

@@ -213,3 +213,16 @@ def test_the_registered_command_serves_the_tools(env, memsift_home, tmp_path):
             return sorted(t.name for t in (await client.list_tools()).tools)
 
     assert asyncio.run(names()) == ["memsift_forget", "memsift_remember", "memsift_search", "memsift_show"]
+
+
+def test_install_writes_through_a_symlinked_settings_file(env, memsift_home, tmp_path):
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "settings.json").write_bytes(CLAUDE_SETTINGS)
+    path = settings_path("claude", env)
+    path.parent.mkdir(parents=True)
+    path.symlink_to(dotfiles / "settings.json")
+    install("claude", memsift_home, env)
+    assert path.is_symlink() and "-m memsift hook" in (dotfiles / "settings.json").read_text()
+    uninstall("claude", memsift_home, env)
+    assert path.is_symlink() and (dotfiles / "settings.json").read_bytes() == CLAUDE_SETTINGS
