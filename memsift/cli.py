@@ -576,13 +576,14 @@ def _notes_revise(args: argparse.Namespace) -> int:
 
 def _recall(args: argparse.Namespace) -> int:
     from .classifiers.embedded import EmbeddedChoiceModel
+    from .config import Settings, environment
     from .notes import NotesFormatError
     from .recall import Recaller
 
     model = EmbeddedChoiceModel()
     store = _store(args.project, model.encoder)
     try:
-        result = Recaller(model, model.encoder, store, None).recall(args.message)
+        result = Recaller(model, model.encoder, store, None, Settings.from_env(environment())).recall(args.message)
     except NotesFormatError as exc:
         print(f"memsift recall: {exc}", file=sys.stderr)
         return 1

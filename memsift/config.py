@@ -148,6 +148,28 @@ class Settings:
     #: a year by default. Above it, weight only orders notes that answer (P(answers) x weight).
     fade_floor: float = 0.25
 
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """The defaults with what the user set (`environment`): `MEMSIFT_FADE_HALF_LIFE_DAYS`
+        and `MEMSIFT_FADE_FLOOR` (`[fade] half_life_days`, `floor` in config.toml). A value
+        that is not a number, or out of range (a half-life of 0 or less turns fading off; a
+        floor outside 0-1), is ignored with a warning in the log: a setting never stops a hook."""
+        import logging
+
+        out: dict[str, float] = {}
+        for name, field, ok in (("MEMSIFT_FADE_HALF_LIFE_DAYS", "fade_half_life_days", lambda v: True),
+                                ("MEMSIFT_FADE_FLOOR", "fade_floor", lambda v: 0.0 <= v <= 1.0)):
+            if env.get(name, "").strip():
+                try:
+                    value = float(env[name])
+                except ValueError:
+                    value = float("nan")
+                if value == value and ok(value):
+                    out[field] = value
+                else:
+                    logging.getLogger("memsift").warning("%s=%r ignored: not a number in range", name, env[name])
+        return cls(**out)
+
 
 @dataclass(frozen=True)
 class CogneeConfig:

@@ -111,7 +111,7 @@ def user_prompt_submit(payload: dict[str, Any], home: Path, models: dict | None 
     from .recall import Recaller
     from .transcript import read_transcript
 
-    settings = Settings()
+    settings = Settings.from_env(env)
     model = decision_model(home, env, models)
     notes = NoteStore(folder, root.name, encoder=model.encoder)
     backend, breakers, passages_stale = passage_backend(folder, model, home, cognee)

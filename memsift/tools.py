@@ -175,7 +175,7 @@ def search(ws: Workspace, query: str, limit: int = 3, superseded: bool = False) 
     model = ws.model()
     store = ws.store(model.encoder)
     backend, _, _ = passage_backend(ws.folder, model, ws.home, cognee)
-    settings = Settings()
+    settings = Settings.from_env(environment())
     try:
         found = Recaller(model, model.encoder, store, backend, settings).lookup(query, limit, superseded, threshold=0.0)
     finally:

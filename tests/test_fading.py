@@ -66,3 +66,14 @@ def test_weight_orders_the_notes_that_pass(store, encoder, scripted):
     model = scripted(answers={"N1": 0.9, "N4": 0.8})
     result = Recaller(model, encoder, store, None, settings, today=TODAY).recall("staging database trouble?")
     assert [i.id for i in result.items] == ["N4"]
+
+
+def test_the_half_life_and_floor_are_settings_of_the_user(tmp_path):
+    from memsift.config import Settings, environment
+
+    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env({"MEMSIFT_FADE_HALF_LIFE_DAYS": "30", "MEMSIFT_FADE_FLOOR": "0.5"}).fade_half_life_days == 30
+    bad = Settings.from_env({"MEMSIFT_FADE_HALF_LIFE_DAYS": "soon", "MEMSIFT_FADE_FLOOR": "2"})
+    assert (bad.fade_half_life_days, bad.fade_floor) == (Settings().fade_half_life_days, Settings().fade_floor)
+    (tmp_path / "config.toml").write_text("[fade]\nhalf_life_days = 90\n")
+    assert Settings.from_env(environment({"MEMSIFT_HOME": str(tmp_path)})).fade_half_life_days == 90
