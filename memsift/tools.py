@@ -125,7 +125,7 @@ def _read_notes(ws: Workspace, store, strict: bool = False):
 
 
 def _logged(tool: str):
-    """Decorate a tool: every call is a run-log row, a refusal included (its message as the error)."""
+    """Decorate a tool: every call is a run-log row; a refusal is a step of its trace, a failure its error."""
 
     def wrap(fn):
         def call(ws: Workspace, *args, **kwargs):
@@ -375,7 +375,9 @@ def session_line(folder: Path) -> str | None:
         raw = (folder / "notes.md").read_bytes()
     except OSError:
         return None
-    notes = [n for n in parse_markdown(decode(raw)[0], strict=False).notes if n.active]
+    parsed = parse_markdown(decode(raw)[0], strict=False).notes
+    ids = {n.id for n in parsed}  # a link to a note deleted by hand hides nothing (as `NoteStore.read` has it)
+    notes = [n for n in parsed if n.retired is None and n.superseded_by not in ids]
     if not notes:
         return None
     counts: dict[str, int] = {}
