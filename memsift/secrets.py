@@ -535,8 +535,24 @@ _PAIR = re.compile(
 )
 
 
+# A user and a password named together without a "login is" first: "log in to grafana with
+# admin / V", "sign in as deploy:V", "user app, pass V", "username ci password V". Our own
+# rule (found by a fresh user's trial of the MCP tools); the password must look like one
+# and hold a digit or a symbol, so "sign in with Google / GitHub" stays (after "user X, pass",
+# 8 characters at least: "user 42, pass v2-api" stays).
+_PAIR_LOOSE_HINT = re.compile(r"(?i)log[ \t]?in|sign[ \t]?in|user")
+_PAIR_LOOSE = re.compile(
+    r"(?i)(?:\b(?:log[ \t]?in|sign[ \t]?in)(?:[ \t]+(?:to|into|on|at)[ \t]+[\w.-]{1,64})?[ \t]+(?:with|as|using)[ \t]+"
+    r"(?P<user>[\w.@+-]{1,64})[ \t]*[/:][ \t]*"
+    r"|\buser(?:name)?(?:[ \t]*[:=][ \t]*|[ \t]+)(?P<user2>[\w.@+-]{1,64})[ \t]*[,;]?[ \t]+(?:pass(?:word|wd)?|pwd|pw)"
+    r"(?:[ \t]*[:=][ \t]*|[ \t]+))"
+    r"(?P<s>[^\s\"'`/]{1,200})"
+)
+
+
 def _given_spans(scan: str) -> Iterator[_Span]:
-    """Tokens given to a login verb (`_GIVEN`) and passwords of a user/password pair (`_PAIR`)."""
+    """Tokens given to a login verb (`_GIVEN`) and passwords of a user/password pair (`_PAIR`,
+    `_PAIR_LOOSE`)."""
     if _GIVEN_HINT.search(scan):
         for m in _GIVEN.finditer(scan):
             start, end = m.span("s")
@@ -551,6 +567,15 @@ def _given_spans(scan: str) -> Iterator[_Span]:
                 while end > start and scan[end - 1] in _VALUE_END:
                     end -= 1
             if end > start and _password_like(scan[start:end], quoted=bool(m["q"])):
+                yield _Span(start, end, "password")
+    if _PAIR_LOOSE_HINT.search(scan):
+        for m in _PAIR_LOOSE.finditer(scan):
+            start, end = m.span("s")
+            while end > start and scan[end - 1] in _VALUE_END:
+                end -= 1
+            value = scan[start:end]
+            if (value and _password_like(value, quoted=False) and not value.isalpha() and not value.isdigit()
+                    and (m["user"] is not None or len(value) >= 8)):  # "user X, pass Y": a longer Y, not "v2-api"
                 yield _Span(start, end, "password")
 
 

@@ -645,3 +645,30 @@ def test_secrets_in_sentences_and_overlong_tokens(text, secret):
                                   "our API key: stored in SSM under /prod/api"])
 def test_sentences_about_secrets_without_one_stay(text):
     assert mask(text).text == text
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("staging db: user app, pass {s}", "hunter2-fake"),
+    ("Login to grafana with admin / {s}", "hunter2-fake"),
+    ("sign in as deploy:{s} then run the job", "Fake-Pw-91"),
+    ("username ci password {s}", "Fake-Pw-92"),
+])
+def test_a_user_and_password_named_together_in_passing(text, secret):
+    """Phrasings a fresh user's trial of the MCP tools found unmasked (fake values)."""
+    masked = mask(text.format(s=secret)).text
+    assert secret not in masked and "[SECRET:password]" in masked
+
+
+@pytest.mark.parametrize("text", [
+    "Sign in with Google / GitHub",
+    "log in with your SSO account",
+    "the user model, pass through to the view",
+    "user settings, pass 10 args",
+    "login with admin/settings page",
+    "log in as root/admin",
+    "user_id, pass base64-encoded data",
+    "the username field, password reset flow",
+    "user 42, pass v2-api later",
+])
+def test_talk_of_users_and_logins_stays(text):
+    assert mask(text).text == text
