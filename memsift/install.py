@@ -100,7 +100,10 @@ def _read_mcp(host: str, path: Path):
         raw = path.read_bytes()
     except FileNotFoundError:
         raw = None
-    text = (raw or b"").decode("utf-8-sig", "strict") if raw is not None else ""
+    try:
+        text = raw.decode("utf-8-sig") if raw is not None else ""
+    except UnicodeDecodeError as exc:
+        raise InstallError(f"{path} is not UTF-8 ({exc}); fix it first, memsift left it as it was") from None
     if host == "claude":
         try:
             data = json.loads(text) if text.strip() else {}

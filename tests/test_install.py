@@ -226,3 +226,14 @@ def test_install_writes_through_a_symlinked_settings_file(env, memsift_home, tmp
     assert path.is_symlink() and "-m memsift hook" in (dotfiles / "settings.json").read_text()
     uninstall("claude", memsift_home, env)
     assert path.is_symlink() and (dotfiles / "settings.json").read_bytes() == CLAUDE_SETTINGS
+
+
+def test_an_mcp_file_that_is_not_utf8_stops_the_install_untouched(env, memsift_home):
+    from memsift.install import mcp_path
+
+    path = mcp_path("codex", env)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"model = \"o3\"  # caf\xe9\n")
+    with pytest.raises(InstallError, match="not UTF-8"):
+        install("codex", memsift_home, env)
+    assert path.read_bytes() == b"model = \"o3\"  # caf\xe9\n"
