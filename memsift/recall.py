@@ -312,8 +312,9 @@ class Recaller:
         judged too (the caller frames them as such);
         notes faded below `Settings.fade_floor` are not (`fading`).
         An item passes at `threshold` when given, else at the tier's threshold of the
-        settings. `Recall.genre` is None; the trace has one step per tier, with each
-        candidate's P(answers).
+        settings. Passages are judged too unless `limit` notes pass the notes' own threshold,
+        and the two tiers are merged by P(answers). `Recall.genre` is None; the trace has one
+        step per tier, with each candidate's P(answers).
         """
         start = time.perf_counter()
         s, trace = self.settings, []
@@ -330,8 +331,9 @@ class Recaller:
         chosen = self._judge("note_answers", message, items, hits.vectors[keep], (hits.background, hits.count), qvec,
                              s.note_threshold if threshold is None else threshold, limit, set(), trace, t0,
                              [weights[i] for i in keep])
-        if self.backend is not None and len(chosen) < limit:
-            t0 = time.perf_counter()
+        p = {c["id"]: c["p"] for step in trace for c in step.get("candidates", [])}
+        if self.backend is not None and sum(p.get(i.id, 0.0) >= s.note_threshold for i in chosen) < limit:
+            t0 = time.perf_counter()  # fewer notes answer than asked for: the passages may
             try:
                 found = self.backend.search(message, qvec, max(s.passage_shortlist, limit), s.backend_budget_s)
             except BackendUnavailable as exc:
@@ -340,8 +342,9 @@ class Recaller:
                 items = [Item(p.id, "passage", p.date, p.text) for p in found.passages]
                 background = (found.background, found.count) if found.background is not None else None
                 chosen += self._judge("passage_answers", message, items, found.vectors, background, qvec,
-                                      s.passage_threshold if threshold is None else threshold,
-                                      limit - len(chosen), set(), trace, t0)
+                                      s.passage_threshold if threshold is None else threshold, limit, set(), trace, t0)
+                p = {c["id"]: c["p"] for step in trace for c in step.get("candidates", [])}
+                chosen = sorted(chosen, key=lambda i: -p.get(i.id, 0.0))[:limit]  # both tiers, best first
         return Recall(None, chosen, "", trace, (time.perf_counter() - start) * 1000)
 
     def _judge(

@@ -255,3 +255,22 @@ def test_claude_project_dir_names_the_project(project, tmp_path):
             return r.content[0].text
 
     assert NOTE in asyncio.run(go())
+
+
+def test_search_reaches_the_passages_when_the_notes_do_not_answer(project):
+    """Three notes on other subjects fill no answer: the passage tier is judged too, and the
+    passage that answers is in the result (in-process, with the encoder users have)."""
+    from memsift import tools
+    from memsift.backends.base import Passage
+    from memsift.backends.sqlite import SQLiteBackend
+
+    for text in ("Commit messages follow Conventional Commits.", "Staging runs in eu-west-1 on the k3s cluster.",
+                 "Batch jobs must never write to the primary database; they use the replica."):
+        add_note(project, text, "convention")
+    ws = tools.Workspace.at(project)
+    backend = SQLiteBackend(ws.folder / "passages.sqlite", ws.model().encoder)
+    backend.add([Passage("P1", "2026-10-02", "User: which CDN do we serve the images from? Assistant: we stayed on "
+                                             "CloudFront rather than Fastly, because the invoices are already on AWS.")])
+    backend.close()
+    found = tools.search(ws, "which CDN do we serve the images from, CloudFront or Fastly?", 3)
+    assert "[memsift passage P1 · 2026-10-02]" in found, found
