@@ -412,7 +412,10 @@ def _notes_show(args: argparse.Namespace) -> int:
 
     links = chain(list(notes.values()), n.id)
     if len(links) > 1:  # oldest first; only the newest active one is ever pasted
-        print("chain: " + " -> ".join(links) + f" (pasted: {links[-1]})")
+        tip = notes.get(links[-1])
+        print("chain: " + " -> ".join(links) + (f" (pasted: {links[-1]})" if tip is not None and tip.active else
+                                                f" (none pasted: {links[-1]} is {'retired' if tip and tip.retired else 'superseded'};"
+                                                " a loop of links? fix the headers with `memsift notes edit`)"))
     for other in notes.values():
         if other.superseded_by == n.id:
             print(f"(supersedes {other.id}: {_clip(other.text)})")

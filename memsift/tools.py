@@ -273,7 +273,9 @@ def show(ws: Workspace, note_id: str) -> tuple[str, dict]:
         lines.append(f"unverified: {pasteable(n.unverified, 300)} (a claim it makes failed its last check)")
     links = chain(list(notes.values()), n.id)
     if len(links) > 1:
-        lines.append("chain: " + " -> ".join(links) + f" (the newest, {links[-1]}, is the one pasted)")
+        tip = notes.get(links[-1])
+        lines.append("chain: " + " -> ".join(links) + (f" (the newest, {links[-1]}, is the one pasted)"
+                                                      if tip is not None and tip.active else " (none of it is pasted)"))
     lines.append("text: " + pasteable(n.text, SHOW_CHARS))
     text = "\n".join(lines)
     return text, {"pasted": [n.id], "chars": len(text)}

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import re
+import stat
 import subprocess
 import time
 import tomllib
@@ -71,11 +72,19 @@ _NOT_NOW = re.compile(
     r"(?i)\b(?:remov|delet|renam|replac|deprecat|migrat|introduc|propos|archiv|creat)\w*|n't\b|"
     r"\b(?:drop(?:s|ped|ping)?|mov(?:e|es|ed|ing)|switch(?:es|ed|ing)?|merg(?:e|es|ed|ing)|retir(?:e|es|ed|ing)|"
     r"gone|no longer|not|never|without|instead|rather than|used to|formerly|previously|legacy|old|was|were|"
-    r"will|plan(?:s|ned)?|todo|later|should|could|would|might|maybe|if|add(?:s|ed|ing)?|revert(?:s|ed)?)\b")
+    r"will|plan(?:s|ned)?|todo|later|should|could|would|might|maybe|if|add(?:s|ed|ing)?|revert(?:s|ed)?|"
+    r"next|can go|need(?:s|ed)? to|must|ask|write|put)\b|"
+    # the same in French, German and Spanish: gone or changed, negated, yet to be
+    r"(?:supprim|renomm|déplac|remplac|gelöscht|entfernt|umbenannt|verschoben|ersetzt|eliminad|borrad|renombrad"
+    r"|reemplazad)\w*|\b(?:n['’]|ne|plus|jamais|était|sera|seront|doit|devrait|ancien(?:ne)?|nicht|kein(?:e|en)?|nie"
+    r"|war|wird|werden|soll(?:te)?|später|alte[nrs]?|no|nunca|ya no|será|antes|antiguo)\b|\?\s*$|"
+    # a path of another repository: "in the billing-api repo, ..."
+    r"\b(?:in|from|of)\s+(?:the\s+)?[\w.-]+\s+(?:repo|repository)\b")
 #: Environment variables every machine has, or that belong to a host, a CI or memsift:
 #: a note naming one says nothing about the project's files.
 _COMMON_ENV = re.compile(
-    r"^(?:XDG_|GITHUB_|GIT_|CI_|RUNNER_|AWS_|CLAUDE_|CODEX_|MEMSIFT_|CONDA_|NPM_|PIP_|PYTHON|LC_|SSH_)|"
+    r"^(?:XDG_|GITHUB_|GIT_|CI_|RUNNER_|AWS_|CLAUDE_|CODEX_|MEMSIFT_|CONDA_|NPM_|PIP_|PYTHON|LC_|SSH_|DOCKER_|TERM_"
+    r"|COMPOSE_|HOMEBREW_|KUBE|CARGO_|RUST|JAVA_|ANDROID_|NVM_|PNPM_|YARN_|BUN_|DENO_|GO(?:PATH|ROOT|BIN|FLAGS)$)|"
     r"^(?:LD_LIBRARY_PATH|LD_PRELOAD|NODE_OPTIONS|NODE_ENV|HTTP_PROXY|HTTPS_PROXY|NO_PROXY|ALL_PROXY|"
     r"VIRTUAL_ENV|JAVA_HOME|GOOGLE_APPLICATION_CREDENTIALS|OPENAI_API_KEY|ANTHROPIC_API_KEY|DYLD_LIBRARY_PATH)$")
 #: Names that look like files but are software (`Node.js`).
@@ -95,7 +104,7 @@ _CODE = re.compile(r"`([^`\n]{1,200})`")
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 _PATH_BARE = re.compile(r"(?<![\w/.@:~$-])((?:[\w.-]+/)+[\w.-]+\.(?:" + "|".join(sorted(EXTENSIONS)) + r"))\b")
 _BRANCH = re.compile(r"(?i)\bbranch(?:es)?\s+`([\w./-]{1,100})`|`([\w./-]{1,100})`\s+branch\b")
-_SCRIPT = re.compile(r"(?<![\w-])(npm run|yarn run|yarn|pnpm run|pnpm|make|uv run)\s+([A-Za-z0-9][\w:.-]{0,80})")
+_SCRIPT = re.compile(r"(?<![\w-])(npm run|yarn run|yarn|pnpm run|pnpm|make|uv run)\s+([A-Za-z0-9][\w:./-]{0,80})")
 #: A word shaped like an environment variable, in a file's bytes (`Project.names_env`).
 _ENV_WORD = re.compile(rb"(?<![A-Za-z0-9_])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![A-Za-z0-9_])")
 _ENV = re.compile(r"`\$?\{?([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\}?(?:=[^`]*)?`|(?<![\w$])\$\{?([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b")
@@ -140,7 +149,13 @@ def claims(text: str) -> list[Claim]:
             tool, name = m[1], m[2].rstrip(".:")
             if tool in ("yarn", "pnpm") and name in _PM_BUILTINS:
                 continue
+            if tool == "uv run" and "." in name and name.rsplit(".", 1)[1] in EXTENSIONS:
+                continue  # `uv run manage.py`: a file run, no script
+            if tool != "make" and "/" in name:
+                continue
             out[Claim("script", f"{tool} {name}")] = None
+        if sentence in fenced:
+            continue  # code: what it creates or names is no claim that it exists (`mkdir -p src/new`)
         for m in _ENV.finditer(sentence):
             name = m[1] or m[2]
             if not _COMMON_ENV.match(name):
@@ -166,6 +181,9 @@ def _as_path(token: str, *, backticked: bool) -> str | None:
     parts = token.rstrip("/").split("/")
     if not token or any(p in ("", ".", "..") for p in parts) or parts[0] in BUILD_DIRS:
         return None
+    if len(parts) > 1 and re.fullmatch(r"[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,6}", parts[0]) \
+            and parts[0].rsplit(".", 1)[1].lower() not in EXTENSIONS:
+        return None  # `github.com/acme/x.md`: a URL without its scheme
     last = parts[-1]
     ext = last.rsplit(".", 1)[1].lower() if "." in last.strip(".") else ""
     if len(parts) == 1:  # a bare name: a file name only with a known ending
@@ -308,8 +326,8 @@ class Project:
         names: set[str] = set()
         for pattern in ("package.json", "*/package.json", "*/*/package.json"):
             for path in self.root.glob(pattern):
-                if any(part in SKIP_DIRS for part in path.relative_to(self.root).parts):
-                    continue
+                if any(part in SKIP_DIRS for part in path.relative_to(self.root).parts) or not path.is_file():
+                    continue  # a named pipe called package.json would block the read
                 if path.stat().st_size > SCAN_FILE_BYTES:
                     continue
                 try:
@@ -364,7 +382,10 @@ class Project:
                 complete = False
                 break
             try:
-                with open(os.path.join(self.root, rel), "rb") as fh:
+                path = os.path.join(self.root, rel)
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    continue  # a named pipe or a device would block the read, or never end
+                with open(path, "rb") as fh:
                     data = fh.read(SCAN_FILE_BYTES)
             except OSError:
                 continue
@@ -389,7 +410,15 @@ class Project:
         return self._env.get(name)
 
     def check(self, claim: Claim) -> bool | None:
-        """Whether `claim` holds (see the `has_*` methods)."""
+        """Whether `claim` holds (see the `has_*` methods); None (cannot tell) when the file
+        system refuses to say (a name too long, a folder that cannot be read)."""
+        try:
+            return self._check(claim)
+        except OSError as exc:
+            log.info("verify: cannot check %s in %s (%s)", claim, self.root, exc)
+            return None
+
+    def _check(self, claim: Claim) -> bool | None:
         if claim.kind == "path":
             return self.has_path(claim.value)
         if claim.kind == "branch":
@@ -401,7 +430,7 @@ class Project:
 
 def failure(claim: Claim) -> str:
     """What a failed `claim` says in a note's status ("path src/x.py not found")."""
-    value = claim.value.replace("(", "[").replace(")", "]")
+    value = re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", claim.value.replace("(", "[").replace(")", "]"))
     return {"path": f"path {value} not found", "branch": f"branch {value} not found",
             "script": f"script '{value}' not defined", "env": f"variable {value} not named in the project"}[claim.kind]
 

@@ -230,3 +230,34 @@ def test_the_prompt_path_never_imports_the_verifier():
             "print(sorted(m for m in sys.modules if m in ('memsift.verify', 'tomllib', 'subprocess')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "memsift.verify" not in out.stdout
+
+
+def test_a_named_pipe_or_a_path_too_long_never_stops_the_check(repo, encoder):
+    """A FIFO in the project (also one named package.json) is never opened, and a claim the
+    file system cannot answer (a name too long) is "cannot tell": the other notes are checked."""
+    import time
+
+    os.mkfifo(repo / "aaa_pipe")
+    (repo / "app").mkdir()
+    os.mkfifo(repo / "app" / "package.json")
+    store = store_for(repo, encoder, [
+        Note("N1", "2026-11-01", "context", "The key is read from `$PAYMENTS_TOKEN`."),
+        Note("N2", "2026-11-01", "context", f"Output goes to `{'a' * 300}/out.py`."),
+        Note("N3", "2026-11-01", "context", "Deploy with `npm run ship`."),
+    ])
+    start = time.monotonic()
+    report = verify(store, repo, today=DAY)
+    assert time.monotonic() - start < 10
+    assert set(report.failed) == {"N1", "N3"}
+
+
+def test_what_is_not_a_claim_in_french_german_and_other_wordings():
+    for text in ("Le fichier `src/legacy_pay.py` a été supprimé.", "Die alte Datei `src/legacy_pay.py` gibt es nicht mehr.",
+                 "The branch `tmp` can go.", "Next step: write `docs/onboarding.md`.", "Is `src/maybe.py` still used?",
+                 "See github.com/acme/handbook/blob/main/deploy/runbook.md for the runbook.",
+                 "In the billing-api repo, the handler is `app/handlers/invoice.py`.",
+                 "To add one:\n```\nmkdir -p src/pay/newprov && touch src/pay/newprov/client.py\n```",
+                 "Run `uv run manage.py makemigrations`.", "Set `DOCKER_HOST` and `TERM_PROGRAM` first."):
+        assert claims(text) == [], text
+    assert claims("Build with `make build/app.bin`.") == [Claim("script", "make build/app.bin")]
+    assert claims("The payment code lives in `src/pay.py`.") == [Claim("path", "src/pay.py")]
