@@ -108,7 +108,7 @@ def user_prompt_submit(payload: dict[str, Any], home: Path, models: dict | None 
     from .config import Settings
     from .ledger import Ledger
     from .notes import NoteStore
-    from .recall import Recaller
+    from .recall import Recaller, decision_model, passage_backend
     from .transcript import read_transcript
 
     settings = Settings.from_env(env)
@@ -166,56 +166,6 @@ def user_prompt_submit(payload: dict[str, Any], home: Path, models: dict | None 
                                   f"${remote.usage.cost_usd:.6f}",
     )
     return "\n".join(notices + ([result.text] if result.text else [])) or None, notices
-
-
-def decision_model(home: Path, env: dict[str, str], models: dict | None = None):
-    """The decision model the settings `env` name: the embedded one (cached in `models` by
-    encoder setting, when given: a warm process's cache), or a remote one with the embedded
-    one behind it (`classifiers.remote.load_model`)."""
-    if env.get("MEMSIFT_DECISION_API", "embedded").strip().lower() in ("", "embedded"):
-        from .classifiers.embedded import EmbeddedChoiceModel  # the usual case: skip the remote clients' import
-
-        key = env.get("MEMSIFT_ENCODER", "")
-        model = models.get(key) if models is not None else None
-        if model is None:
-            model = EmbeddedChoiceModel()
-            if models is not None:
-                models[key] = model
-        return model
-    from .classifiers.remote import load_model
-
-    return load_model(home, env, strict=False)
-
-
-def passage_backend(folder: Path, model, home: Path, cognee) -> tuple[Any, Any, bool]:
-    """The passage tier of the project whose memsift folder is `folder`: (backend or None,
-    the breakers that guard services or None, whether the local passages were embedded by
-    another encoder). The Cognee server when `cognee` (a `config.CogneeConfig`) is set,
-    behind its circuit breaker; else the local `passages.sqlite` if there is one (None
-    when it is unreadable: the notes still answer). Close the backend after use."""
-    breakers = getattr(model, "breakers", None)
-    if cognee is not None:  # the server is the passage tier; its breaker pauses it
-        from .backends.cognee import CogneeBackend, dataset_name
-        from .breaker import Breakers, GuardedBackend
-
-        breakers = breakers or Breakers(home / "services.sqlite")
-        server = CogneeBackend(cognee.url, dataset_name(folder.name), model.encoder, api_key=cognee.api_key, jwt=cognee.jwt)
-        return GuardedBackend(server, breakers, "cognee"), breakers, False
-    if not (folder / "passages.sqlite").exists():
-        return None, breakers, False
-    from .backends.sqlite import SQLiteBackend
-
-    try:
-        backend = SQLiteBackend(folder / "passages.sqlite", model.encoder)
-    except sqlite3.Error as exc:  # a corrupt file: the notes still answer, without the passage tier
-        log.warning("passages %s unreadable (%s): recalling from the notes alone", folder / "passages.sqlite", exc)
-        return None, breakers, False
-    try:
-        stale = backend.stale() > 0
-    except sqlite3.Error as exc:  # the search meets the same error and says so
-        log.warning("could not check the passages' encoder: %s", exc)
-        stale = False
-    return backend, breakers, stale
 
 
 def session_line(payload: dict[str, Any], home: Path) -> str | None:

@@ -90,9 +90,9 @@ class Workspace:
         return NoteStore(self.folder, self.root.name, encoder=encoder)
 
     def model(self):
-        """The decision model the settings name (`hook.decision_model`), loaded once."""
+        """The decision model the settings name (`recall.decision_model`), loaded once."""
         from .config import environment
-        from .hook import decision_model
+        from .recall import decision_model
 
         return decision_model(self.home, environment(), self.models)
 
@@ -160,8 +160,7 @@ def search(ws: Workspace, query: str, limit: int = 3, superseded: bool = False) 
     cannot be read.
     """
     from .config import Settings, cognee_config, environment
-    from .hook import passage_backend
-    from .recall import Recaller, render
+    from .recall import Recaller, passage_backend, render
 
     query = query.strip()[:MAX_QUERY_CHARS] if isinstance(query, str) else ""
     if not query:
