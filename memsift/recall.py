@@ -200,6 +200,12 @@ def render(items: list[Item], max_chars: int) -> tuple[str, list[Item]]:
     return "\n".join(lines), pasted
 
 
+def judged(trace: list[dict[str, Any]]) -> dict[str, float]:
+    """P(answers) of every item judged in a `Recall.trace`, by id (the judging steps'
+    `candidates`)."""
+    return {c["id"]: c["p"] for step in trace for c in step.get("candidates", [])}
+
+
 def decision_model(home: Path, env: dict[str, str], models: dict | None = None):
     """The decision model the settings `env` name: the embedded one (cached in `models` by
     encoder setting, when given: a warm process's cache), or a remote one with the embedded
@@ -335,8 +341,10 @@ class Recaller:
                              s.passage_threshold, s.max_passages, context, trace, t0)
         return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
 
-    def _notes(self, message: str, hits, qvec: np.ndarray, context: set[str], trace: list, t0: float) -> list[Item]:
-        """The note to paste among the hits (`NoteStore.search`), or []. A note whose weight
+    def _notes(self, message: str, hits, qvec: np.ndarray, context: set[str], trace: list, t0: float,
+               threshold: float | None = None, most: int = 1) -> list[Item]:
+        """Up to `most` notes to paste among the hits (`NoteStore.search`), best first, or [];
+        each passes at `threshold` (default `Settings.note_threshold`). A note whose weight
         (`fading.weight`) is below `Settings.fade_floor` is not judged; the weight orders
         those that pass."""
         from .fading import weight
@@ -350,7 +358,8 @@ class Recaller:
                 {"id": hits.notes[i].id, "weight": round(weights[i], 3)} for i in range(len(weights)) if i not in keep]})
         items = [Item(n.id, "note", n.date, n.text, n.kind, n.unverified) for n in (hits.notes[i] for i in keep)]
         chosen = self._judge("note_answers", message, items, hits.vectors[keep], (hits.background, hits.count), qvec,
-                             s.note_threshold, 1, context, trace, t0, [weights[i] for i in keep])
+                             s.note_threshold if threshold is None else threshold, most, context, trace, t0,
+                             [weights[i] for i in keep])
         if hits.found_by:
             trace[-1]["found_by_older"] = dict(hits.found_by)
         return chosen
@@ -374,16 +383,8 @@ class Recaller:
         t0 = time.perf_counter()
         hits = self.notes.search(qvec, message, max(s.note_shortlist, limit), superseded=True,
                                  include_superseded=superseded)
-        from .fading import weight
-
-        today = self.today or dt.datetime.now(dt.UTC).date()
-        weights = [weight(n, today, s.fade_half_life_days) for n in hits.notes]
-        keep = [i for i, w in enumerate(weights) if w >= s.fade_floor]  # faded: not shown, as not pasted
-        items = [Item(n.id, "note", n.date, n.text, n.kind, n.unverified) for n in (hits.notes[i] for i in keep)]
-        chosen = self._judge("note_answers", message, items, hits.vectors[keep], (hits.background, hits.count), qvec,
-                             s.note_threshold if threshold is None else threshold, limit, set(), trace, t0,
-                             [weights[i] for i in keep])
-        p = {c["id"]: c["p"] for step in trace for c in step.get("candidates", [])}
+        chosen = self._notes(message, hits, qvec, set(), trace, t0, threshold, limit)
+        p = judged(trace)
         if self.backend is not None and sum(p.get(i.id, 0.0) >= s.note_threshold for i in chosen) < limit:
             t0 = time.perf_counter()  # fewer notes answer than asked for: the passages may
             try:
@@ -395,7 +396,7 @@ class Recaller:
                 background = (found.background, found.count) if found.background is not None else None
                 chosen += self._judge("passage_answers", message, items, found.vectors, background, qvec,
                                       s.passage_threshold if threshold is None else threshold, limit, set(), trace, t0)
-                p = {c["id"]: c["p"] for step in trace for c in step.get("candidates", [])}
+                p = judged(trace)
                 chosen = sorted(chosen, key=lambda i: -p.get(i.id, 0.0))[:limit]  # both tiers, best first
         return Recall(None, chosen, "", trace, (time.perf_counter() - start) * 1000)
 

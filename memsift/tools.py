@@ -160,7 +160,7 @@ def search(ws: Workspace, query: str, limit: int = 3, superseded: bool = False) 
     cannot be read.
     """
     from .config import Settings, cognee_config, environment
-    from .recall import Recaller, passage_backend, render
+    from .recall import Recaller, judged, passage_backend, render
 
     query = query.strip()[:MAX_QUERY_CHARS] if isinstance(query, str) else ""
     if not query:
@@ -168,19 +168,20 @@ def search(ws: Workspace, query: str, limit: int = 3, superseded: bool = False) 
     if not 1 <= limit <= MAX_LIMIT:
         raise ToolError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
     notes = _read_notes(ws, ws.store()).notes
-    cognee = cognee_config(environment())
+    env = environment()  # config.toml and the environment, read once for the call
+    cognee = cognee_config(env)
     if not notes and cognee is None and not (ws.folder / "passages.sqlite").exists():
         return f"memsift holds no notes for this project ({ws.root.name}) yet.", {"chars_in": len(query)}
     model = ws.model()
     store = ws.store(model.encoder)
     backend, _, _ = passage_backend(ws.folder, model, ws.home, cognee)
-    settings = Settings.from_env(environment())
+    settings = Settings.from_env(env)
     try:
         found = Recaller(model, model.encoder, store, backend, settings).lookup(query, limit, superseded, threshold=0.0)
     finally:
         if backend is not None:
             backend.close()
-    p = {c["id"]: c["p"] for step in found.trace for c in step.get("candidates", [])}
+    p = judged(found.trace)
     by_id = {n.id: n for n in notes}
     items = []
     for item in found.items:
