@@ -77,11 +77,25 @@ def _tool_use_events(model: str, name: str, arguments: dict[str, Any]) -> list[t
     ]
 
 
-def _has_tool_result(messages: Any) -> bool:
-    return any(isinstance(m, dict) and isinstance(m.get("content"), list)
-               and any(isinstance(b, dict) and b.get("type") in ("tool_result", "function_call_output") for b in m["content"])
-               for m in messages or []) or any(isinstance(m, dict) and m.get("type") == "function_call_output"
-                                               for m in messages or [])
+def _has_tool_result(history: Any) -> bool:
+    """Whether a request's history holds a tool's result: a Messages API `tool_result` block
+    in a message's content, or a Responses API `function_call_output` item."""
+    for m in history or []:
+        if not isinstance(m, dict):
+            continue
+        blocks = m.get("content") if isinstance(m.get("content"), list) else []
+        if m.get("type") == "function_call_output" or any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                          for b in blocks):
+            return True
+    return False
+
+
+def _response(model: str, item: dict[str, Any]) -> dict[str, Any]:
+    """A completed Responses API response whose one output is `item`."""
+    return {"id": "resp_fake", "object": "response", "created_at": 0, "status": "completed", "model": model,
+            "output": [item], "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                                        "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
+                                        "total_tokens": 13}}
 
 
 def _responses_call_events(model: str, name: str, arguments: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -90,10 +104,7 @@ def _responses_call_events(model: str, name: str, arguments: dict[str, Any]) -> 
     namespace, _, child = name.rpartition("/")
     item = {"type": "function_call", "id": "fc_fake1", "call_id": "call_fake1", "name": child,
             "arguments": json.dumps(arguments), "status": "completed", **({"namespace": namespace} if namespace else {})}
-    resp = {"id": "resp_fake", "object": "response", "created_at": 0, "status": "completed", "model": model,
-            "output": [item], "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
-                                        "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
-                                        "total_tokens": 13}}
+    resp = _response(model, item)
     return [
         ("response.created", {"type": "response.created", "response": dict(resp, status="in_progress", output=[])}),
         ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0,
@@ -125,10 +136,7 @@ def _responses_events(model: str) -> list[tuple[str, dict[str, Any]]]:
     hostcli.md, appendix A: enough for `codex exec`)."""
     item = {"type": "message", "id": "msg_fake", "status": "completed", "role": "assistant",
             "content": [{"type": "output_text", "text": REPLY, "annotations": []}]}
-    resp = {"id": "resp_fake", "object": "response", "created_at": 0, "status": "completed", "model": model,
-            "output": [item], "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
-                                        "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
-                                        "total_tokens": 13}}
+    resp = _response(model, item)
     return [
         ("response.created", {"type": "response.created", "response": dict(resp, status="in_progress", output=[])}),
         ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0,
@@ -193,24 +201,29 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"input_tokens": 10})
         elif path.endswith("/v1/messages"):
             model = body.get("model", "fake") if isinstance(body, dict) else "fake"
-            call = self.server.tool_call
-            name = _tool_named(body.get("tools"), call[0]) if call and isinstance(body, dict) else None
-            if name and not _has_tool_result(body.get("messages")):
-                self._send_sse(_tool_use_events(model, name, call[1]))
+            if name := self._scripted_call(body, "messages"):
+                self._send_sse(_tool_use_events(model, name, self.server.tool_call[1]))
             elif isinstance(body, dict) and body.get("stream"):
                 self._send_sse(_stream_events(model))
             else:
                 self._send_json(200, _message(model))
         elif path.endswith("/responses"):  # OpenAI Responses API, as Codex streams it
             model = body.get("model", "fake") if isinstance(body, dict) else "fake"
-            call = self.server.tool_call
-            name = _tool_named(body.get("tools"), call[0]) if call and isinstance(body, dict) else None
-            if name and not _has_tool_result(body.get("input")):
-                self._send_sse(_responses_call_events(model, name, call[1]))
+            if name := self._scripted_call(body, "input"):
+                self._send_sse(_responses_call_events(model, name, self.server.tool_call[1]))
             else:
                 self._send_sse(_responses_events(model))
         else:
             self._not_found()
+
+    def _scripted_call(self, body: Any, history: str) -> str | None:
+        """The tool to call in answer to `body`, when a tool call is scripted, `body` offers
+        that tool and its `history` ("messages" or "input") holds no tool result yet."""
+        call = self.server.tool_call
+        if not call or not isinstance(body, dict):
+            return None
+        name = _tool_named(body.get("tools"), call[0])
+        return name if name and not _has_tool_result(body.get(history)) else None
 
     def _send_sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         data = "".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n"

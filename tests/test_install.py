@@ -71,13 +71,24 @@ def test_install_without_a_settings_file_and_uninstall_removes_it(env, memsift_h
     assert not path.exists()
 
 
-def test_settings_that_are_not_json_are_left_alone(env, memsift_home):
-    path = settings_path("claude", env)
+@pytest.mark.parametrize("host, which, raw, reason", [
+    ("claude", "settings", b"{ not json", "not JSON"),
+    ("codex", "mcp", b"[mcp_servers\nbroken = ", "not TOML"),
+    ("codex", "mcp", b"model = \"o3\"  # caf\xe9\n", "not UTF-8"),
+])
+def test_a_file_that_cannot_be_read_stops_the_install_before_anything_changes(env, memsift_home, host, which, raw,
+                                                                               reason):
+    """Settings that are not JSON, a Codex config.toml that is not TOML or not UTF-8: install
+    says so, and neither that file nor the other one it would write is touched."""
+    from memsift.install import mcp_path
+
+    path, other = ((settings_path(host, env), mcp_path(host, env)) if which == "settings"
+                   else (mcp_path(host, env), settings_path(host, env)))
     path.parent.mkdir(parents=True)
-    path.write_bytes(b"{ not json")
-    with pytest.raises(InstallError, match="not JSON"):
-        install("claude", memsift_home, env)
-    assert path.read_bytes() == b"{ not json"
+    path.write_bytes(raw)
+    with pytest.raises(InstallError, match=reason):
+        install(host, memsift_home, env)
+    assert path.read_bytes() == raw and not other.exists()
 
 
 def test_install_command(memsift_home, tmp_path):
@@ -179,17 +190,6 @@ def test_a_users_own_memsift_server_is_left_alone(env, memsift_home):
     assert json.loads(path.read_text()) == mine
 
 
-def test_codex_config_that_is_not_toml_stops_the_install_before_anything_changes(env, memsift_home):
-    from memsift.install import mcp_path
-
-    path = mcp_path("codex", env)
-    path.parent.mkdir(parents=True)
-    path.write_text("[mcp_servers\nbroken = ")
-    with pytest.raises(InstallError, match="not TOML"):
-        install("codex", memsift_home, env)
-    assert path.read_text() == "[mcp_servers\nbroken = " and not settings_path("codex", env).exists()
-
-
 def test_the_registered_command_serves_the_tools(env, memsift_home, tmp_path):
     """The MCP entry `install` writes, started as the host starts it, lists memsift's tools."""
     import asyncio
@@ -226,14 +226,3 @@ def test_install_writes_through_a_symlinked_settings_file(env, memsift_home, tmp
     assert path.is_symlink() and "-m memsift hook" in (dotfiles / "settings.json").read_text()
     uninstall("claude", memsift_home, env)
     assert path.is_symlink() and (dotfiles / "settings.json").read_bytes() == CLAUDE_SETTINGS
-
-
-def test_an_mcp_file_that_is_not_utf8_stops_the_install_untouched(env, memsift_home):
-    from memsift.install import mcp_path
-
-    path = mcp_path("codex", env)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"model = \"o3\"  # caf\xe9\n")
-    with pytest.raises(InstallError, match="not UTF-8"):
-        install("codex", memsift_home, env)
-    assert path.read_bytes() == b"model = \"o3\"  # caf\xe9\n"
