@@ -25,7 +25,7 @@ import numpy as np
 from .base import Answer, Request, UnsupportedQuestion
 from .encoders import Encoder, load_encoder
 from .features import shortlist_features, shrunk_background
-from .heads import LogisticHead, SoftmaxHead, load_heads
+from .heads import GENRE_COLUMNS, LogisticHead, SoftmaxHead, TreeHead, load_heads
 
 _TEXT_KEYS = {"genre": "message", "keep_topic": "message", "keep_exchange": "exchange"}
 _ITEM_KEYS = {"note_answers": "notes", "passage_answers": "passages"}
@@ -71,7 +71,7 @@ class EmbeddedChoiceModel:
 
     def _relevance(
         self,
-        head: LogisticHead,
+        head: LogisticHead | TreeHead,
         tier: str,
         i: int,
         state: Any,
@@ -90,5 +90,30 @@ class EmbeddedChoiceModel:
             median = local.get(f"{tier[:-1]}_background")
             count = local.get(f"{tier[:-1]}_count", len(items))
             background = shrunk_background(float(np.median(cos)) if median is None else median, count, head.background)
-            cache[key] = shortlist_features(cos, background, message, items)
-        return head.probability(cache[key][i])
+            rows = shortlist_features(cos, background, message, items)
+            genre = np.zeros((len(items), len(GENRE_COLUMNS)), dtype=np.float32)
+            if head.genre:  # the message's genre, as the genre head gives it (one product: microseconds)
+                genre[:] = self.genre_columns(q, message)
+            cache[key] = head.probabilities(np.hstack([rows, genre]))
+        return float(cache[key][i])
+
+    def genre_columns(self, vector: np.ndarray, message: str) -> np.ndarray:
+        """The genre columns of `heads.GENRE_COLUMNS` for one message, float32 (12,)."""
+        return genre_columns(self.heads["genre"].probabilities(vector, message))
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        """The P(answers) each relevance head pastes at, where its training chose one
+        (`h.threshold`), by head name."""
+        return {name: h.threshold for name, h in self.heads.items()
+                if not isinstance(h, SoftmaxHead) and h.threshold is not None}
+
+
+def genre_columns(probabilities: dict[str, float]) -> np.ndarray:
+    """`heads.GENRE_COLUMNS` from a genre head's probabilities by genre: their sum over the
+    six lookup genres, then each genre, float32 (12,)."""
+    from .base import load_question
+
+    lookup = load_question("genre").extra["lookup"]
+    by_genre = [probabilities.get(c.removeprefix("genre_"), 0.0) for c in GENRE_COLUMNS[1:]]
+    return np.array([sum(probabilities.get(g, 0.0) for g in lookup), *by_genre], dtype=np.float32)

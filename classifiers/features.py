@@ -93,13 +93,37 @@ def shrunk_background(median: float, n: int, prior: float) -> float:
 
 KINDS = ("decision", "constraint", "incident", "convention", "context")
 
-#: Names of the columns of `shortlist_features`, in order.
-PAIR_FEATURES = (
+#: The columns of the judges shipped before 2026-12-02's second judge (logistic heads that
+#: name no columns read these, the first of `PAIR_FEATURES`).
+LEGACY_PAIR_FEATURES = (
     "cos", "cos_margin", "overlap_message", "overlap_item", "shared_log",
     "rank", "below_top", "over_next", "newer_share", "log_length", "item_tokens",
     *(f"kind_{k}" for k in KINDS),
     *(f"cue_{i}" for i in range(6)),
 )
+#: Names of the columns of `shortlist_features`, in order.
+PAIR_FEATURES = (
+    *LEGACY_PAIR_FEATURES,
+    "unique_shared", "idf_shared", "specific_shared", "specific_share", "cos_z",
+)
+
+_IDENT = re.compile(
+    r"\b(?:[A-Za-z][A-Za-z0-9]*(?:[_./:-][A-Za-z0-9]+)+"  # snake_case, dotted, dashed, paths
+    r"|[A-Z]?[a-z]+[A-Z][A-Za-z0-9]*"  # camelCase, PascalCase
+    r"|[A-Z]{2,}[A-Za-z0-9]*"  # acronyms
+    r"|\w*\d\w*)",  # anything with a digit: versions, codes, sizes
+    re.UNICODE,
+)
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")  # a capitalised word inside a sentence
+
+
+def specific_tokens(text: str) -> set[str]:
+    """Identifier-like tokens of `text`, lowercased: snake_case, dotted, dashed or slashed
+    names, camelCase, acronyms, tokens with a digit, and capitalised words inside a sentence
+    (tools, vendors, people). Sharing one says more than sharing a topic word."""
+    out = {t.lower() for t in _IDENT.findall(text) if len(t) >= 2}
+    out.update(t.lower() for t in _NAME.findall(text))
+    return out
 
 
 def shortlist_features(
@@ -113,23 +137,36 @@ def shortlist_features(
     best among single signals). Items are mappings with `text` and optionally `date` and
     `kind`. Besides each pair's own cosine and word overlap, an item is placed among the
     other candidates: its rank, how far below the best it is, how far above the next (the
-    background when it is alone), and how many candidates are older (a newer note on a
-    subject usually wins).
+    background when it is alone), how many candidates are older (a newer note on a subject
+    usually wins), the message's words it shares with no other candidate and their weight
+    by how few candidates hold them (an inverse document frequency over the shortlist: a
+    near-topic item shares the topic's words, the answer the specific ones), the
+    identifier-like tokens it shares (`specific_tokens`), and its cosine standardised over
+    the shortlist.
     """
     n = len(items)
     message_tokens = content_tokens(message)
+    message_specific = specific_tokens(message)
     cues = cue_vector(message)
     order = np.argsort(-cosines)
     rank = np.empty(n, dtype=np.float32)
     rank[order] = np.arange(n)
     top = float(cosines[order[0]]) if n else 0.0
     second = float(cosines[order[1]]) if n > 1 else background  # alone, it stands out from the typical item
+    mean = float(np.mean(cosines)) if n else 0.0
+    spread = max(float(np.std(cosines)), 1e-3) if n > 1 else 1.0
     dates = [str(it.get("date") or "") for it in items]
+    texts = [str(it.get("text", "")) for it in items]
+    tokens = [content_tokens(t) for t in texts]
+    held: dict[str, int] = {}  # message word -> candidates holding it
+    for t in tokens:
+        for w in t & message_tokens:
+            held[w] = held.get(w, 0) + 1
     rows = []
     for i, item in enumerate(items):
-        text = str(item.get("text", ""))
-        tokens = content_tokens(text)
-        shared = len(message_tokens & tokens)
+        shared_words = message_tokens & tokens[i]
+        shared = len(shared_words)
+        specific = len(specific_tokens(texts[i]) & message_specific)
         cos = float(cosines[i])
         kind = item.get("kind")
         rows.append(np.concatenate([
@@ -137,16 +174,23 @@ def shortlist_features(
                 cos,
                 cos - background,
                 shared / max(len(message_tokens), 1),
-                shared / max(len(tokens), 1),
+                shared / max(len(tokens[i]), 1),
                 math.log1p(shared),
                 rank[i],
                 top - cos,
                 cos - (second if rank[i] == 0 else top),
                 sum(d < dates[i] for d in dates) / max(n - 1, 1),
-                math.log1p(len(text)) / 8.0,
-                math.log1p(len(tokens)),
+                math.log1p(len(texts[i])) / 8.0,
+                math.log1p(len(tokens[i])),
             ],
             [1.0 if kind == k else 0.0 for k in KINDS],
             cues,
+            [
+                math.log1p(sum(held[w] == 1 for w in shared_words)),
+                sum(math.log((n + 1) / (held[w] + 0.5)) for w in shared_words) / 5.0,
+                math.log1p(specific),
+                specific / max(len(message_specific), 1),
+                (cos - mean) / spread,
+            ],
         ]))
     return np.array(rows, dtype=np.float32).reshape(n, len(PAIR_FEATURES))

@@ -5,9 +5,14 @@
 - a softmax head (`genre`, `keep_topic`, `keep_exchange`): `h.W` (k, d), `h.b` (k,),
   `h.classes` (k,), `h.temperature` (), `h.cues` () - whether the six surface cues of
   `features.cue_vector` follow the embedding in the input;
-- a logistic head (`note_answers`, `passage_answers`): `h.w` (f,), `h.b` () over
-  `features.shortlist_features`, and `h.background` (): the mean background cosine in training,
-  the prior of `features.shrunk_background`.
+- a relevance head (`note_answers`, `passage_answers`) over the columns `h.features` (f,)
+  names (`RELEVANCE_COLUMNS`; absent: `features.LEGACY_PAIR_FEATURES`), with `h.background`
+  (): the mean background cosine in training, the prior of `features.shrunk_background`, and
+  optionally `h.threshold` (): the P(answers) to paste at, chosen on held-out folds. Either
+  logistic, `h.w` (f,) and `h.b` (), or gradient-boosted trees (`TreeHead`): `h.tree_start`
+  (t + 1,) offsets into the node arrays `h.node_feature`, `h.node_threshold`, `h.node_left`,
+  `h.node_right` (children as indices within a tree; -1 on a leaf), `h.node_missing_left`,
+  `h.node_value`, the raw score's start `h.base` (), and Platt scaling `h.platt` (2,).
 """
 
 from __future__ import annotations
@@ -17,7 +22,16 @@ from importlib import resources
 
 import numpy as np
 
-from .features import cue_vector
+from .features import LEGACY_PAIR_FEATURES, PAIR_FEATURES, cue_vector
+
+#: What a relevance head may read: the pair features, then the message's genre
+#: probabilities as the genre head gives them (`lookup_p`, their sum over the lookup genres,
+#: and one column per genre, `genre_<name>`).
+GENRE_COLUMNS = ("lookup_p", *(f"genre_{g}" for g in (
+    "complete_instruction", "conversation_question", "existing_code_task", "finished_work_action",
+    "general_knowledge", "new_decision", "past_choice", "past_exchange", "reaction", "recurring_problem",
+    "resume_work")))
+RELEVANCE_COLUMNS = (*PAIR_FEATURES, *GENRE_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -41,14 +55,69 @@ class SoftmaxHead:
 
 @dataclass(frozen=True)
 class LogisticHead:
-    """A calibrated yes/no probability over a few pair features."""
+    """A calibrated yes/no probability over a few pair features (`columns`: indices into
+    `RELEVANCE_COLUMNS`)."""
 
     w: np.ndarray
     b: float
     background: float
+    columns: np.ndarray
+    threshold: float | None = None
 
-    def probability(self, features: np.ndarray) -> float:
-        return float(1.0 / (1.0 + np.exp(-(features @ self.w + self.b))))
+    @property
+    def genre(self) -> bool:
+        """Whether the head reads the message's genre probabilities."""
+        return bool((self.columns >= len(PAIR_FEATURES)).any())
+
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        """P(answers) per row of `rows` (n, len(RELEVANCE_COLUMNS)), float (n,)."""
+        z = rows[:, self.columns] @ self.w + self.b
+        return 1.0 / (1.0 + np.exp(-z))
+
+
+@dataclass(frozen=True)
+class TreeHead:
+    """Gradient-boosted regression trees on the log-odds, then Platt scaling (Platt 1999):
+    P(answers) = sigmoid(a * (base + sum of the trees' leaves) + b). The trees are
+    scikit-learn's `HistGradientBoostingClassifier` (Ke et al., "LightGBM", 2017), exported
+    node by node by `training/train_heads.py`; evaluated here with numpy, for a shortlist at
+    once (about 100 trees of depth 6 or less: a few milliseconds)."""
+
+    start: np.ndarray
+    feature: np.ndarray
+    split: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    missing_left: np.ndarray
+    value: np.ndarray
+    base: float
+    platt: np.ndarray
+    background: float
+    columns: np.ndarray
+    threshold: float | None = None
+
+    genre = LogisticHead.genre
+
+    def raw(self, rows: np.ndarray) -> np.ndarray:
+        """The trees' summed log-odds per row, (n,): every tree at once, one level a step."""
+        x = rows[:, self.columns].astype(np.float64)
+        n = len(x)
+        roots = self.start[:-1]
+        at = np.broadcast_to(roots, (n, len(roots))).copy()  # (n, trees): each row's node in each tree
+        row = np.arange(n)[:, None]
+        while True:
+            left = self.left[at]
+            inner = left >= 0
+            if not inner.any():
+                break
+            v = x[row, self.feature[at]]
+            go_left = np.where(np.isnan(v), self.missing_left[at], v <= self.split[at])
+            at = np.where(inner, roots + np.where(go_left, left, self.right[at]), at)
+        return self.base + self.value[at].sum(axis=1)
+
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        """P(answers) per row of `rows` (n, len(RELEVANCE_COLUMNS)), float (n,)."""
+        return 1.0 / (1.0 + np.exp(-(self.platt[0] * self.raw(rows) + self.platt[1])))
 
 
 def weights_path(encoder_name: str):
@@ -72,9 +141,26 @@ def load_heads(encoder_name: str) -> dict[str, SoftmaxHead | LogisticHead]:
                 cues=bool(data[f"{name}.cues"]),
             )
         else:
-            heads[name] = LogisticHead(
-                w=data[f"{name}.w"].astype(np.float32),
-                b=float(data[f"{name}.b"]),
-                background=float(data[f"{name}.background"]),
-            )
+            names_ = [str(c) for c in data.get(f"{name}.features", LEGACY_PAIR_FEATURES)]
+            common = {
+                "background": float(data[f"{name}.background"]),
+                "columns": np.array([RELEVANCE_COLUMNS.index(c) for c in names_], dtype=np.int64),
+                "threshold": float(data[f"{name}.threshold"]) if f"{name}.threshold" in data else None,
+            }
+            if f"{name}.tree_start" in data:
+                heads[name] = TreeHead(
+                    start=data[f"{name}.tree_start"].astype(np.int64),
+                    feature=data[f"{name}.node_feature"].astype(np.int64),
+                    split=data[f"{name}.node_threshold"].astype(np.float64),
+                    left=data[f"{name}.node_left"].astype(np.int64),
+                    right=data[f"{name}.node_right"].astype(np.int64),
+                    missing_left=data[f"{name}.node_missing_left"].astype(bool),
+                    value=data[f"{name}.node_value"].astype(np.float64),
+                    base=float(data[f"{name}.base"]),
+                    platt=data[f"{name}.platt"].astype(np.float64),
+                    **common,
+                )
+            else:
+                heads[name] = LogisticHead(
+                    w=data[f"{name}.w"].astype(np.float32), b=float(data[f"{name}.b"]), **common)
     return heads

@@ -103,6 +103,11 @@ def project_dir(root: Path, home: Path | None = None) -> Path:
     return (home or memsift_home()) / "projects" / f"{name}-{digest}"
 
 
+#: The P(answers) to paste at for a judge whose training chose none (a remote model,
+#: calibrated: `training/calibrate_remote.py`): a round prior.
+DEFAULT_THRESHOLD = 0.5
+
+
 @dataclass(frozen=True)
 class Settings:
     """The cascade's numbers. Defaults are the shipped operating point.
@@ -124,15 +129,17 @@ class Settings:
     lookup_p: float = 0.3
     #: Notes judged per message, taken from the top of retrieval.
     note_shortlist: int = 5
-    #: P(answers) a note needs to be pasted.
-    note_threshold: float = 0.5
+    #: P(answers) a note needs to be pasted. None: the judge's own, the threshold its
+    #: training chose on held-out projects (`training/train_heads.py`, `choose_threshold`),
+    #: else `DEFAULT_THRESHOLD` (`Recaller.threshold`).
+    note_threshold: float | None = None
     #: P(none) above which the topic is not worth a passage search.
     topic_none_p: float = 0.7
     #: Passages judged per message and the most pasted.
     passage_shortlist: int = 5
     max_passages: int = 1
-    #: P(answers) a passage needs to be pasted.
-    passage_threshold: float = 0.5
+    #: P(answers) a passage needs to be pasted (None: as for `note_threshold`).
+    passage_threshold: float | None = None
     #: Share of an item's content words already in the conversation that counts as "already said".
     already_said: float = 0.75
     #: Previous turns read from the transcript for the "already said" check.

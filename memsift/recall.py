@@ -39,7 +39,7 @@ from .backends import BackendUnavailable, PassageBackend
 from .backends.base import exchange_passage_id
 from .classifiers import ChoiceModel, Request, load_question
 from .classifiers.features import MAX_EMBED_CHARS, content_tokens
-from .config import Settings
+from .config import DEFAULT_THRESHOLD, Settings
 from .notes import NoteStore
 from .transcript import Turn, escape_stored, frame_line
 
@@ -280,6 +280,15 @@ class Recaller:
         self.settings = settings or Settings()
         self.today = today
 
+    def threshold(self, tier: str) -> float:
+        """The P(answers) an item of `tier` ("note" or "passage") needs to be pasted: the
+        settings' when set, else the judge's own (`EmbeddedChoiceModel.thresholds`), else
+        `config.DEFAULT_THRESHOLD`."""
+        value = self.settings.note_threshold if tier == "note" else self.settings.passage_threshold
+        if value is None:
+            value = getattr(self.model, "thresholds", {}).get(f"{tier}_answers", DEFAULT_THRESHOLD)
+        return value
+
     def recall(self, message: str, previous: list[Turn] = (), pasted: set[str] = frozenset()) -> Recall:
         """Run the cascade for `message` given the previous turns and the ids already pasted."""
         start = time.perf_counter()
@@ -338,13 +347,13 @@ class Recaller:
         vectors = found.vectors[keep] if found.vectors is not None else None
         background = (found.background, found.count) if found.background is not None else None
         chosen = self._judge("passage_answers", message, items, vectors, background, qvec,
-                             s.passage_threshold, s.max_passages, context, trace, t0)
+                             self.threshold("passage"), s.max_passages, context, trace, t0)
         return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
 
     def _notes(self, message: str, hits, qvec: np.ndarray, context: set[str], trace: list, t0: float,
                threshold: float | None = None, most: int = 1) -> list[Item]:
         """Up to `most` notes to paste among the hits (`NoteStore.search`), best first, or [];
-        each passes at `threshold` (default `Settings.note_threshold`). A note whose weight
+        each passes at `threshold` (default `threshold("note")`). A note whose weight
         (`fading.weight`) is below `Settings.fade_floor` is not judged; the weight orders
         those that pass."""
         from .fading import weight
@@ -358,7 +367,7 @@ class Recaller:
                 {"id": hits.notes[i].id, "weight": round(weights[i], 3)} for i in range(len(weights)) if i not in keep]})
         items = [Item(n.id, "note", n.date, n.text, n.kind, n.unverified) for n in (hits.notes[i] for i in keep)]
         chosen = self._judge("note_answers", message, items, hits.vectors[keep], (hits.background, hits.count), qvec,
-                             s.note_threshold if threshold is None else threshold, most, context, trace, t0,
+                             self.threshold("note") if threshold is None else threshold, most, context, trace, t0,
                              [weights[i] for i in keep])
         if hits.found_by:
             trace[-1]["found_by_older"] = dict(hits.found_by)
@@ -372,8 +381,7 @@ class Recaller:
         caller renders them once, `render`; `Recall.text` is ""); `superseded` notes are
         judged too (the caller frames them as such);
         notes faded below `Settings.fade_floor` are not (`fading`).
-        An item passes at `threshold` when given, else at the tier's threshold of the
-        settings. Passages are judged too unless `limit` notes pass the notes' own threshold,
+        An item passes at `threshold` when given, else at the tier's `threshold`. Passages are judged too unless `limit` notes pass the notes' own threshold,
         and the two tiers are merged by P(answers). `Recall.genre` is None; the trace has one
         step per tier, with each candidate's P(answers).
         """
@@ -385,7 +393,7 @@ class Recaller:
                                  include_superseded=superseded)
         chosen = self._notes(message, hits, qvec, set(), trace, t0, threshold, limit)
         p = judged(trace)
-        if self.backend is not None and sum(p.get(i.id, 0.0) >= s.note_threshold for i in chosen) < limit:
+        if self.backend is not None and sum(p.get(i.id, 0.0) >= self.threshold("note") for i in chosen) < limit:
             t0 = time.perf_counter()  # fewer notes answer than asked for: the passages may
             try:
                 found = self.backend.search(message, qvec, max(s.passage_shortlist, limit), s.backend_budget_s)
@@ -395,7 +403,8 @@ class Recaller:
                 items = [Item(p.id, "passage", p.date, p.text) for p in found.passages]
                 background = (found.background, found.count) if found.background is not None else None
                 chosen += self._judge("passage_answers", message, items, found.vectors, background, qvec,
-                                      s.passage_threshold if threshold is None else threshold, limit, set(), trace, t0)
+                                      self.threshold("passage") if threshold is None else threshold, limit, set(), trace,
+                                      t0)
                 p = judged(trace)
                 chosen = sorted(chosen, key=lambda i: -p.get(i.id, 0.0))[:limit]  # both tiers, best first
         return Recall(None, chosen, "", trace, (time.perf_counter() - start) * 1000)

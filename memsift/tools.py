@@ -177,7 +177,8 @@ def search(ws: Workspace, query: str, limit: int = 3, superseded: bool = False) 
     backend, _, _ = passage_backend(ws.folder, model, ws.home, cognee)
     settings = Settings.from_env(env)
     try:
-        found = Recaller(model, model.encoder, store, backend, settings).lookup(query, limit, superseded, threshold=0.0)
+        recaller = Recaller(model, model.encoder, store, backend, settings)
+        found = recaller.lookup(query, limit, superseded, threshold=0.0)
     finally:
         if backend is not None:
             backend.close()
@@ -189,7 +190,7 @@ def search(ws: Workspace, query: str, limit: int = 3, superseded: bool = False) 
         if note is not None and note.superseded_by:
             item = replace(item, kind=f"{item.kind} · superseded by {note.superseded_by}")
         items.append(item)
-    bar = {"note": settings.note_threshold, "passage": settings.passage_threshold}
+    bar = {"note": recaller.threshold("note"), "passage": recaller.threshold("passage")}
     sure = [i for i in items if p.get(i.id, 0.0) >= bar[i.tier]]
     unsure = [i for i in items if i not in sure and (p.get(i.id, 0.0) >= UNSURE_P or shares_words(query, i.text))]
     items = sure + unsure

