@@ -93,13 +93,9 @@ class EmbeddedChoiceModel:
             rows = shortlist_features(cos, background, message, items)
             genre = np.zeros((len(items), len(GENRE_COLUMNS)), dtype=np.float32)
             if head.genre:  # the message's genre, as the genre head gives it (one product: microseconds)
-                genre[:] = self.genre_columns(q, message)
+                genre[:] = genre_columns(self.heads["genre"].probabilities(q, message))
             cache[key] = head.probabilities(np.hstack([rows, genre]))
         return float(cache[key][i])
-
-    def genre_columns(self, vector: np.ndarray, message: str) -> np.ndarray:
-        """The genre columns of `heads.GENRE_COLUMNS` for one message, float32 (12,)."""
-        return genre_columns(self.heads["genre"].probabilities(vector, message))
 
     @property
     def thresholds(self) -> dict[str, float]:

@@ -381,8 +381,9 @@ class Recaller:
         caller renders them once, `render`; `Recall.text` is ""); `superseded` notes are
         judged too (the caller frames them as such);
         notes faded below `Settings.fade_floor` are not (`fading`).
-        An item passes at `threshold` when given, else at the tier's `threshold`. Passages are judged too unless `limit` notes pass the notes' own threshold,
-        and the two tiers are merged by P(answers). `Recall.genre` is None; the trace has one
+        An item passes at `threshold` when given, else at the tier's `threshold`. Passages
+        are judged too unless `limit` notes pass the notes' own threshold, and the two tiers
+        are merged by P(answers). `Recall.genre` is None; the trace has one
         step per tier, with each candidate's P(answers).
         """
         start = time.perf_counter()

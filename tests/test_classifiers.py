@@ -110,10 +110,13 @@ def test_tree_judge_walks_every_tree_with_missing_values_routed_as_trained():
     assert p.tolist() == pytest.approx((1 / (1 + np.exp(-head.raw(rows)))).tolist())
 
 
-def test_exported_trees_score_as_scikit_learn_does():
-    np = pytest.importorskip("numpy")
+def test_exported_trees_score_as_scikit_learn_does(monkeypatch):
+    import pathlib
+
+    import numpy as np
+
     pytest.importorskip("sklearn")
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "training"))
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parent.parent / "training"))
     from train_heads import boosted_trees, export_trees
 
     from memsift.classifiers.heads import RELEVANCE_COLUMNS, TreeHead

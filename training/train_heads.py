@@ -18,13 +18,15 @@ see `training/README.md`):
 Softmax heads are scikit-learn's `LogisticRegression` (balanced classes, C=16) on the
 message embedding plus six surface cues; a temperature is then fitted on cross-validated
 logits (Guo et al., "On Calibration of Modern Neural Networks", 2017). The relevance heads
-(`--judge trees`, the default) are gradient-boosted trees (`HistGradientBoostingClassifier`)
-over `features.shortlist_features` and the message's genre probabilities
-(`heads.RELEVANCE_COLUMNS`), Platt-scaled on their out-of-fold scores (folds never split a
-project), with the threshold to paste at chosen on those out-of-fold probabilities
-(`choose_threshold`); `--judge logistic` fits the earlier logistic regression over the pair
-features alone. Texts are embedded once per encoder file and cached in `--cache`.
-Everything is deterministic.
+(`--judge logistic`, the default and what ships) are a logistic regression over standardised
+`features.LEGACY_PAIR_FEATURES` (the scaling is folded into the shipped weights), pasting at
+`config.DEFAULT_THRESHOLD`. `--judge trees` fits gradient-boosted trees
+(`HistGradientBoostingClassifier`) over every column of `heads.RELEVANCE_COLUMNS` (the pair
+features and the message's genre probabilities), Platt-scaled on their out-of-fold scores,
+and `--judge logistic-all` the logistic regression over those columns; both carry the
+threshold `choose_threshold` picks on out-of-fold probabilities (folds never split a
+project). Neither ships: both lose on the dev conversations (`training/README.md`). Texts
+are embedded once per encoder file and cached in `--cache`. Everything is deterministic.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from sklearn.preprocessing import StandardScaler
 from memsift.classifiers.embedded import genre_columns
 from memsift.classifiers.encoders import FINE_TUNED, load_encoder
 from memsift.classifiers.features import LEGACY_PAIR_FEATURES, cue_vector, shortlist_features, shrunk_background
-from memsift.classifiers.heads import RELEVANCE_COLUMNS, SoftmaxHead
+from memsift.classifiers.heads import GENRE_COLUMNS, RELEVANCE_COLUMNS, SoftmaxHead
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "training" / "data"
@@ -171,7 +173,7 @@ def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None, genre: Softma
         vectors = enc.passage([n["text"] for n in items])
         queries = [r for r in rows if r["type"] == "query" and r["project"] == project]
         for q, qv in zip(queries, enc.query([q["text"] for q in queries])):
-            g = genre_columns(genre.probabilities(qv, q["text"])) if genre else np.zeros(12, np.float32)
+            g = genre_columns(genre.probabilities(qv, q["text"])) if genre else np.zeros(len(GENRE_COLUMNS), np.float32)
             seen.append((f"{project}:{len(seen)}", q["text"], set(q["answers"]), items, vectors @ qv, g))
     prior = float(np.mean([np.median(s[4]) for s in seen]))
     X, y, query = [], [], []
@@ -194,7 +196,7 @@ def operating_points(p: np.ndarray, y: np.ndarray, query: np.ndarray, thresholds
     Returns (t, found, wrong, pasted for nothing) per threshold: found and wrong as shares of
     the messages that have an answer, pasted for nothing of those that have none."""
     order = np.argsort(query, kind="stable")
-    q, starts = np.unique(query[order], return_index=True)
+    _, starts = np.unique(query[order], return_index=True)
     best_p, best_y, answerable = [], [], []
     for idx in np.split(order, starts[1:]):
         b = idx[np.argmax(p[idx])]
@@ -238,8 +240,8 @@ def platt(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def boosted_trees() -> HistGradientBoostingClassifier:
-    """The tree judge's settings (one choice, compared with the logistic judge and a
-    32-unit MLP in `training/README.md`; not tuned further)."""
+    """The tree judge's settings (one choice, compared with the logistic judges in
+    `training/README.md`; not tuned further)."""
     return HistGradientBoostingClassifier(max_iter=120, learning_rate=0.06, max_leaf_nodes=15, max_depth=6,
                                           min_samples_leaf=40, l2_regularization=1.0, random_state=0)
 
@@ -270,10 +272,12 @@ def export_trees(model: HistGradientBoostingClassifier, name: str) -> dict[str, 
 
 
 def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: SoftmaxHead | None = None,
-                   judge: str = "trees") -> dict[str, np.ndarray]:
-    """Fit the `note_answers` or `passage_answers` head on its tier's pairs: gradient-boosted
-    trees over the pair features and the genre columns (`judge="trees"`), or the logistic
-    regression over the pair features alone (`"logistic"`)."""
+                   judge: str = "logistic") -> dict[str, np.ndarray]:
+    """Fit the `note_answers` or `passage_answers` head on its tier's pairs: the logistic
+    regression over the legacy pair features (`judge="logistic"`, what ships: it carries no
+    threshold and pastes at `config.DEFAULT_THRESHOLD`), the same over every column
+    (`"logistic-all"`), or gradient-boosted trees over every column (`"trees"`); the last two
+    carry the threshold `choose_threshold` picks."""
     X, y, query, prior = pair_rows(encoder, tier, folds, genre)
     projects = [q.split(":")[0] for q in query]  # folds never split a project
     name = f"{tier}_answers"
@@ -290,14 +294,13 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
     threshold = choose_threshold(p, y, query)
     print(f"{name} ({judge}): {len(y)} pairs ({y.sum()} answers in the shortlists), 5-fold pair AUC "
           f"{roc_auc_score(y, p):.3f}, cosine alone {roc_auc_score(y, X[:, 0]):.3f}, prior background {prior:.3f}; "
-          f"threshold {threshold}")
+          f"threshold {threshold}{' (not written: the shipped judge pastes at the prior)' if judge == 'logistic' else ''}")
     for t, found, wrong, noise in operating_points(p, y, query, sorted({0.3, 0.4, 0.5, 0.6, threshold})):
         print(f"  per message at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, pasted for nothing {noise:.3f}")
     model.fit(X, y)
-    common = {
-        f"{name}.background": np.array(prior, dtype=np.float32),
-        f"{name}.threshold": np.array(threshold, dtype=np.float32),
-    }
+    common = {f"{name}.background": np.array(prior, dtype=np.float32)}
+    if judge != "logistic":  # the shipped judge keeps the round prior; the chosen one is printed above
+        common[f"{name}.threshold"] = np.array(threshold, dtype=np.float32)
     if judge in ("logistic", "logistic-all"):
         # the model was fitted on standardised features: fold the scaling into w and b
         w = model[-1].coef_[0] / model[0].scale_
@@ -352,7 +355,7 @@ def genre_head(arrays: dict[str, np.ndarray]) -> SoftmaxHead:
 
 
 def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None,
-          crossfit: list[Path] | None = None, judge: str = "trees", cache: Path | None = None) -> None:
+          crossfit: list[Path] | None = None, judge: str = "logistic", cache: Path | None = None) -> None:
     from memsift.classifiers.encoders import E5Encoder
     from memsift.classifiers.modelfile import bundled_model_path
 
@@ -412,9 +415,9 @@ def main() -> None:
                              "on out-of-fold embeddings (how the fine-tuned encoder's heads are made)")
     parser.add_argument("--report-only", action="store_true", help="print the figures, write nothing")
     parser.add_argument("--only", choices=["relevance"], help="retrain only these heads, keep the others")
-    parser.add_argument("--judge", choices=["trees", "logistic", "logistic-all"], default="trees",
-                        help="the relevance heads: gradient-boosted trees over the pair and genre columns (default), "
-                             "or the earlier logistic regression over the pair features")
+    parser.add_argument("--judge", choices=["logistic", "logistic-all", "trees"], default="logistic",
+                        help="the relevance heads: the logistic regression over the legacy pair features (default, "
+                             "what ships), the same over every column, or gradient-boosted trees over every column")
     parser.add_argument("--cache", type=Path, default=None,
                         help="where embeddings are kept between runs (default ~/.cache/memsift-train/vectors)")
     args = parser.parse_args()
