@@ -50,6 +50,8 @@ from memsift.classifiers.encoders import FINE_TUNED, load_encoder
 from memsift.classifiers.features import LEGACY_PAIR_FEATURES, cue_vector, shortlist_features, shrunk_background
 from memsift.classifiers.heads import GENRE_COLUMNS, RELEVANCE_COLUMNS, SoftmaxHead
 
+from sessions import genre_records, load_sessions, pair_records
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "training" / "data"
 
@@ -91,11 +93,17 @@ def file_tag(path) -> str:
     return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def read(kind: str) -> list[dict]:
+def read(kind: str, exclude: frozenset[str] = frozenset()) -> list[dict]:
+    """The records of `data/<kind>/*.jsonl`, each with its `file` (the file's stem); for
+    `pairs` and `genre`, also those of the session files (`sessions.py`), but for the
+    sessions whose id is in `exclude`."""
     rows = []
     for path in sorted((DATA / kind).glob("*.jsonl")):
         rows += [{**json.loads(line), "file": path.stem} for line in path.read_text(encoding="utf-8").splitlines()
                  if line.strip()]
+    if kind in ("pairs", "genre"):
+        for conv in load_sessions(exclude=exclude):
+            rows += pair_records(conv) if kind == "pairs" else genre_records(conv)
     return rows
 
 
@@ -155,14 +163,14 @@ def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str],
 
 
 def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None, genre: SoftmaxHead | None = None,
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+              exclude: frozenset[str] = frozenset()) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Features and labels of (message, shortlisted item) pairs of one tier (`note` or
     `passage`), as the cascade sees them: the top `SHORTLIST` items by cosine, judged among
     each other, for the project's whole store and for a small store drawn from it. Columns:
     `heads.RELEVANCE_COLUMNS`, the genre columns from `genre` (zeros without it). Also the
     message index of each pair, and the mean background cosine (the prior of
-    `shrunk_background`)."""
-    rows = read("pairs")
+    `shrunk_background`). Sessions in `exclude` are left out."""
+    rows = read("pairs", exclude)
     items_by_project = defaultdict(list)
     for r in rows:
         if r["type"] == tier:
@@ -272,13 +280,13 @@ def export_trees(model: HistGradientBoostingClassifier, name: str) -> dict[str, 
 
 
 def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: SoftmaxHead | None = None,
-                   judge: str = "logistic") -> dict[str, np.ndarray]:
+                   judge: str = "logistic", exclude: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
     """Fit the `note_answers` or `passage_answers` head on its tier's pairs: the logistic
     regression over the legacy pair features (`judge="logistic"`, what ships: it carries no
     threshold and pastes at `config.DEFAULT_THRESHOLD`), the same over every column
     (`"logistic-all"`), or gradient-boosted trees over every column (`"trees"`); the last two
     carry the threshold `choose_threshold` picks."""
-    X, y, query, prior = pair_rows(encoder, tier, folds, genre)
+    X, y, query, prior = pair_rows(encoder, tier, folds, genre, exclude)
     projects = [q.split(":")[0] for q in query]  # folds never split a project
     name = f"{tier}_answers"
     columns = LEGACY_PAIR_FEATURES if judge == "logistic" else RELEVANCE_COLUMNS
@@ -323,6 +331,8 @@ class CrossFit:
         from memsift.classifiers.encoders import E5Encoder
 
         self.folds = []
+        # the fold models' runs read no session file (`train_biencoder.py` reads data/pairs only)
+        self.sessions = {conv["id"] for conv in load_sessions()}
         for path in results:
             r = json.loads(path.read_text(encoding="utf-8"))
             read = set(r["genre_files_read"])  # the genre files this fold model's run read
@@ -331,13 +341,19 @@ class CrossFit:
             print(f"crossfit: {r['export']} holds out {len(r['held_out'])} projects, {len(r['genre_held_out'])} genre files")
 
     def for_project(self, project: str):
+        """The encoder for `project`: the fold model that held it out, or the first for a
+        session (`sessions.py`), which no fold model's run read."""
         for enc, held, _, _ in self.folds:
             if project in held:
                 return enc
+        if project in self.sessions:
+            return self.folds[0][0]
         raise ValueError(f"project {project} is held out by no fold model")
 
     def for_file(self, stem: str):
         """The encoder for genre file `<lang>[-<batch>]` (batch 1 has no suffix)."""
+        if stem in self.sessions:
+            return self.folds[0][0]
         lang, _, batch = stem.partition("-")
         key = f"{lang}-{batch or 1}"
         for enc, _, held, _ in self.folds:
@@ -355,7 +371,8 @@ def genre_head(arrays: dict[str, np.ndarray]) -> SoftmaxHead:
 
 
 def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None,
-          crossfit: list[Path] | None = None, judge: str = "logistic", cache: Path | None = None) -> None:
+          crossfit: list[Path] | None = None, judge: str = "logistic", cache: Path | None = None,
+          exclude: frozenset[str] = frozenset(), out: Path | None = None) -> None:
     from memsift.classifiers.encoders import E5Encoder
     from memsift.classifiers.modelfile import bundled_model_path
 
@@ -370,16 +387,18 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
         tag = file_tag(bundled_model_path()) if encoder.name == E5Encoder.name else encoder.name
         encoder = Cached(encoder, tag, cache)
     print(f"== {encoder.name}")
-    out = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
+    shipped = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
+    out = out or shipped
     if only == "relevance":
-        arrays = {k: v for k, v in np.load(out).items() if not k.startswith(("note_answers.", "passage_answers."))}
+        arrays = {k: v for k, v in np.load(shipped).items() if not k.startswith(("note_answers.", "passage_answers."))}
         genre = genre_head(arrays)
-        arrays |= relevance_head(encoder, "note", folds, genre, judge) | relevance_head(encoder, "passage", folds, genre, judge)
+        arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude)
+                   | relevance_head(encoder, "passage", folds, genre, judge, exclude))
         if not report_only:
             np.savez_compressed(out, **arrays)
-            print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KB)")
+            print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
         return
-    genre = read("genre")
+    genre = read("genre", exclude)
     if folds is None:
         vecs = encoder.query([g["text"] for g in genre])
     else:
@@ -392,16 +411,19 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     print("genre data:", dict(Counter(langs)))
     files = [g["file"] for g in genre]
     arrays = softmax_head("genre", X, [g["genre"] for g in genre], langs, files)
-    arrays |= softmax_head("keep_topic", X, [g["topic"] for g in genre], langs, files)
+    topic = [i for i, g in enumerate(genre) if g["topic"] is not None]  # sessions carry no topic label
+    arrays |= softmax_head("keep_topic", X[topic], [genre[i]["topic"] for i in topic], [langs[i] for i in topic],
+                           [files[i] for i in topic])
     exchanges = read("exchanges")
     texts = [f"{e['user']}\n{e['assistant']}" for e in exchanges]
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
     genre = genre_head(arrays)
-    arrays |= relevance_head(encoder, "note", folds, genre, judge) | relevance_head(encoder, "passage", folds, genre, judge)
+    arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude)
+               | relevance_head(encoder, "passage", folds, genre, judge, exclude))
     if not report_only:
         np.savez_compressed(out, **arrays)
-        print(f"wrote {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KB)")
+        print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
 
 
 def main() -> None:
@@ -420,6 +442,10 @@ def main() -> None:
                              "what ships), the same over every column, or gradient-boosted trees over every column")
     parser.add_argument("--cache", type=Path, default=None,
                         help="where embeddings are kept between runs (default ~/.cache/memsift-train/vectors)")
+    parser.add_argument("--exclude-session", action="append", default=[], metavar="ID",
+                        help="leave this session (data/conversations/<ID>.json) out, to score it held out")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write the heads file here instead of classifiers/weights/heads-<encoder>.npz")
     args = parser.parse_args()
     names = args.encoder or ["e5-small-q4", "hashing-v1"]
     if FINE_TUNED in names and not (args.crossfit or args.model_file):
@@ -428,7 +454,8 @@ def main() -> None:
     if (args.model_file or args.crossfit) and len(names) != 1:
         parser.error("--model-file and --crossfit need exactly one --encoder")
     for name in names:
-        train(name, args.report_only, args.only, args.model_file, args.crossfit, args.judge, args.cache)
+        train(name, args.report_only, args.only, args.model_file, args.crossfit, args.judge, args.cache,
+              frozenset(args.exclude_session), args.out)
 
 
 if __name__ == "__main__":
