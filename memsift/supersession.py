@@ -54,24 +54,37 @@ _CUES = [
     r"\bmoved (?:from|off|away|to|into|over to)\b", r"\bswitched (?:to|from|over|back)\b",
     r"\bmigrated (?:to|from|off|away)\b", r"\bsupersed", r"\brenewed\b",
     r"\bdropped (?:\S+ ){0,3}(?:in favou?r of|for)\b", r"\bnow (?:uses|runs|goes|lives|is)\b", r"\bfrom now on\b",
-    r"\bchanged (?:from|to)\b", r"\bdeprecated in favou?r of\b",
+    r"\bchanged (?:from|to)\b", r"\bdeprecated in favou?r of\b", r"\bdecommissioned\b",
+    r"\b(?:raised|lowered|increased|decreased|reduced|bumped|extended|shortened)\b[^.;]{0,60}?\bto \d",
+    r"\bcut from \d", r"\((?:was|previously|formerly) ",
     # fr
     r"\bremplac", r"\bau lieu de?\b", r"\bne .{0,30}\bplus\b", r"\bn'.{0,30}\bplus\b",
     r"\bmigr(?:é|ée|és|ées)(?!\w)", r"\bmigrons (?:vers|de|sur)\b",
     r"\bdéplacé(?:e|s|es)? (?:dans|vers|de|sur|à|a)\b", r"\bpass(?:e|é|ée|és|ées) (?:en|de|à|a|sur|sous)\b",
     r"\babandonn(?:é|ée|és|ées|ons) (?:\S+ ){0,3}(?:au profit|pour)\b",
-    r"\bdésormais\b", r"\bdorénavant\b", r"\brenouvel", r"\bchang(?:é|e) de\b",
+    r"\bdésormais\b", r"\bdorénavant\b", r"\brenouvel", r"\bchang(?:é|e) de\b", r"\bdécommissionn",
+    r"\b(?:réduit|augmenté|relevé|abaissé|rallongé|raccourci|porté)e?s?\b[^.;]{0,60}?\bà \d",
+    r"\((?:avant|auparavant|anciennement|était) ",
     # de
     r"\bersetzt\b", r"\bstatt\b", r"\banstelle\b", r"\bnicht mehr\b", r"\bumgestellt\b",
     r"\bgewechselt\b", r"\bumgezogen\b", r"\bverschoben (?:nach|in|auf)\b", r"\bmigriert\b", r"\babgelöst\b", r"\bab jetzt\b", r"\bkünftig\b",
-    r"\bneu verhandelt\b", r"\bverlängert\b",
+    r"\bneu verhandelt\b", r"\bverlängert\b", r"\bauf \d[^.;]{0,30}?\b(?:erhöht|gesenkt|reduziert|angehoben|verkürzt)\b",
+    r"\b(?:erhöht|gesenkt|reduziert|angehoben|verkürzt)\b[^.;]{0,40}?\bauf \d",
+    r"\bvon \d[\d.,]*\s?\S{0,8} auf \d", r"\((?:war|vorher|früher|bisher) ",
     # es
     r"\breemplaz", r"\ben (?:lugar|vez) de\b", r"\bya no\b", r"\bcambiamos\b", r"\bmigr(?:ado|amos) (?:a|de|desde)\b",
+    r"\b(?:reducid|aumentad|ampliad|subid|bajad|acortad|alargad)[oa]s?\b[^.;]{0,60}?\ba \d",
+    r"\((?:antes|era|anteriormente) ",
     r"\bpasamos (?:de|a)\b", r"\bmovid[oa]s? (?:a|de|al)\b", r"\ba partir de ahora\b", r"\bsustitu", r"\brenovad",
     # zh
     r"取代", r"替代", r"改为", r"改用", r"不再", r"换成", r"迁移到", r"迁移至", r"移到", r"移至", r"从现在起", r"替换", r"弃用", r"改成",
+    r"(?:调整|调|提高|提升|降低|降|缩短|延长)(?:为|到|至)\s*\d", r"上调", r"下调", r"下线", r"[（(]原",
 ]
 _CUE = re.compile("|".join(_CUES), re.IGNORECASE)
+# A value raised or cut is a change when the new value follows ("raised ... to 2000",
+# "auf 20 Minuten verlängert", "(was 2%)"); a bare range is not ("autoscales from 2 to 8",
+# "de 8h à 18h"), nor a verb without a value ("erhöht die Latenz"). Added from the
+# batch-5 training sessions (training/README.md), where five newer values went unlinked.
 # A cue is a phrase of change, not a word that also names a kind of work: "migrated to",
 # not "migration" (the migration job that ran out of memory changed nothing); "dropped X for",
 # not "dropped" (packets, connections). Found in a fresh user's trial, issue 11.

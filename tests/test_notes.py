@@ -100,6 +100,21 @@ def test_change_cues_in_five_languages(text):
     assert says_change(text)
 
 
+@pytest.mark.parametrize("text", ["Session TTL raised from 6h to 24h.", "Overspend tolerance tightened to 1% (was 2%).",
+                                  "Seuil du potassium relevé à 6,5 mmol/L.", "Timeout auf 5 s reduziert.",
+                                  "Ventana reducida de 30 a 15 minutos.", "db-hpc01 is decommissioned.",
+                                  "超时调整为 10 分钟。"])
+def test_a_value_raised_or_cut_is_a_change(text):
+    assert says_change(text)
+
+
+@pytest.mark.parametrize("text", ["The worker autoscales from 2 to 8 tasks.", "Support ouvert de 8h à 18h.",
+                                  "Der Cache erhöht die Latenz beim Kaltstart.", "Horario de 8 a 15 h.",
+                                  "The migration job raised an error.", "他调到别的组了。"])
+def test_a_range_or_a_verb_without_a_new_value_is_not_a_change(text):
+    assert not says_change(text)
+
+
 def test_project_root_is_the_git_root(tmp_path):
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     (tmp_path / "repo" / "src" / "deep").mkdir(parents=True)
