@@ -84,7 +84,7 @@ _CUE = re.compile("|".join(_CUES), re.IGNORECASE)
 # A value raised or cut is a change when the new value follows ("raised ... to 2000",
 # "auf 20 Minuten verlängert", "(was 2%)"); a bare range is not ("autoscales from 2 to 8",
 # "de 8h à 18h"), nor a verb without a value ("erhöht die Latenz"). Added from the
-# batch-5 training sessions (training/README.md), where five newer values went unlinked.
+# batch-5 training sessions (training/README.md), where ten newer values went unlinked.
 # A cue is a phrase of change, not a word that also names a kind of work: "migrated to",
 # not "migration" (the migration job that ran out of memory changed nothing); "dropped X for",
 # not "dropped" (packets, connections). Found in a fresh user's trial, issue 11.
