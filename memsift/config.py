@@ -127,6 +127,13 @@ class Settings:
     #: 0.5 opened 92 %): a closed gate loses a recall for good, while an open one still has
     #: every item judged.
     lookup_p: float = 0.3
+    #: Below `lookup_p` but at or above this, the notes alone are judged, at
+    #: `instruction_note_threshold` at the least: a fully specified instruction ("add a
+    #: NOT NULL column to citas", "deploy it now") asks for no lookup, yet may propose what a
+    #: stored constraint or an earlier incident forbids. None: the gate simply closes.
+    instruction_check_p: float | None = None
+    #: The least P(answers) a note needs on that path.
+    instruction_note_threshold: float = 0.5
     #: Notes judged per message, taken from the top of retrieval.
     note_shortlist: int = 5
     #: P(answers) a note needs to be pasted. None: the judge's own, the threshold its

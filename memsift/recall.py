@@ -314,16 +314,18 @@ class Recaller:
         over = (time.perf_counter() - t0) > s.decision_budget_s
         self._step(trace, "genre", t0, genre=genre, lookup_p=round(lookup_p, 3), over_budget=over,
                    probabilities={k: round(v, 3) for k, v in answer.probabilities.items()})
-        if over or lookup_p < s.lookup_p:
+        check = s.instruction_check_p is not None and s.instruction_check_p <= lookup_p < s.lookup_p
+        if over or (lookup_p < s.lookup_p and not check):
             return Recall(genre, [], "")
 
         context = content_tokens("\n".join(f"{t.user}\n{t.assistant}" for t in previous[-s.context_turns:]))
 
         t0 = time.perf_counter()
         hits = self.notes.search(qvec, message, s.note_shortlist, exclude=frozenset(pasted), superseded=True)
-        chosen = self._notes(message, hits, qvec, context, trace, t0)
-        if chosen:
-            return self._paste(genre, chosen)
+        threshold = max(self.threshold("note"), s.instruction_note_threshold) if check else None
+        chosen = self._notes(message, hits, qvec, context, trace, t0, threshold)
+        if chosen or check:  # an instruction gets the notes only: no topic gate, no passage search
+            return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
 
         t0 = time.perf_counter()
         topic = self.model.decide(

@@ -221,6 +221,53 @@ def test_biencoder_holds_out_whole_project_groups_in_every_language_and_batch():
                                    if projects[p]["items"][a]["type"] == "note")
 
 
+def _session(sid: str, lang: str) -> dict:
+    return {
+        "format": "memsift-conversation/1", "id": sid, "language": lang, "title": "t",
+        "project": {"name": sid, "summary": "s"},
+        "notes": [{"id": "N01", "date": "2026-01-02", "kind": "constraint",
+                   "text": "Never write to the primary database from a report job."},
+                  {"id": "N02", "date": "2026-01-03", "kind": "decision", "text": "Reports run nightly at 02:00."}],
+        "passages": [{"id": "P001", "date": "2026-01-01", "text": "User: why replicas? Assistant: to spare the primary."},
+                     {"id": "P002", "date": "2026-01-04", "text": "User: lunch? Assistant: pizza."}],
+        "turns": [{"n": 1, "user": "ok", "assistant": "a", "genre": "reaction", "needs_recall": False, "expected": [],
+                   "why": ""},
+                  {"n": 2, "user": "point the report job at the primary", "assistant": "a", "genre": "new_decision",
+                   "needs_recall": True, "expected": ["N01"], "why": "N01 forbids it"}],
+    }
+
+
+def test_biencoder_sessions_split_evenly_and_leave_the_other_folds_as_they_were(rebuilt, tmp_path):
+    """Sessions join as batch-5 projects: pooled across languages into one stratum (one or
+    two per language could not fill every fold), placed after the rest so that the pair
+    projects' folds do not move; a session's genre messages are held out with its pairs; and
+    its answered messages get mined hard negatives from their own session, never an answer."""
+    pytest.importorskip("sklearn")
+    import train_biencoder as tb
+
+    sessions = [_session(f"{lang}-s-01", lang) for lang in ("de", "en", "es", "fr")]
+    plain = tb.load_pairs()
+    projects = tb.load_pairs(sessions=sessions)
+    assert {projects[s["id"]]["batch"] for s in sessions} == {tb.SESSION_BATCH}
+    folds, before = tb.held_out_folds(projects, seed=0), tb.held_out_folds(plain, seed=0)
+    ids = {s["id"] for s in sessions}
+    assert [f - ids for f in folds] == before
+    assert [len(f & ids) for f in folds] == [2, 2]
+    genre = tb.load_genre({1}, sessions=sessions)
+    held_genre = tb.genre_held_out(genre, 0, 2, folds[0])
+    assert held_genre & ids == folds[0] & ids
+    assert tb.genre_held_out(genre, -1, 2, folds[0]) == set()
+
+    one = {"en-s-01": projects["en-s-01"]}
+    cache = tb.LowerCache(rebuilt, 9, 64, tmp_path / "lower.pt")
+    cache.fill([(q["text"], True) for q in one["en-s-01"]["queries"]]
+               + [(it["text"], False) for it in one["en-s-01"]["items"].values()])
+    assert tb.mine_near(rebuilt, cache, one, k=2) == 1
+    [asked] = [q for q in one["en-s-01"]["queries"] if q["answers"]]
+    assert len(asked["near"]) == 2 and "en-s-01-N01" not in asked["near"]
+    assert all(n.startswith("en-s-01-") for n in asked["near"])
+
+
 def test_pair_slices_read_the_hard_kinds_off_the_texts():
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")

@@ -44,6 +44,23 @@ def test_no_lookup_genre_pastes_nothing_and_stops(stores, encoder, scripted):
     assert result.trace[0]["lookup_p"] < Settings().lookup_p
 
 
+def test_an_instruction_below_the_gate_gets_the_notes_alone_at_the_stricter_threshold(stores, encoder, scripted):
+    """Between `instruction_check_p` and `lookup_p` (the scripted reaction's lookup share is
+    0.06) only the notes are judged, at `instruction_note_threshold` at the least: no topic
+    gate, no passage search, even when a passage would answer."""
+    settings = Settings(instruction_check_p=0.05, instruction_note_threshold=0.8)
+    message = "run the migration from the container entrypoint on deploy"
+    model = scripted(genre="reaction", answers={"N3": 0.9, "P1": 0.99})
+    result = Recaller(model, encoder, *stores, settings).recall(message)
+    assert [i.id for i in result.items] == ["N3"] and steps(result) == ["genre", "notes"]
+    weak = scripted(genre="reaction", answers={"N3": 0.7, "P1": 0.99})
+    result = Recaller(weak, encoder, *stores, settings).recall(message)
+    assert result.items == [] and steps(result) == ["genre", "notes"]  # 0.7 passes the judge's own, not 0.8
+    assert "keep_topic" not in weak.asked
+    closed = Recaller(model, encoder, *stores, Settings(instruction_check_p=0.07)).recall(message)
+    assert closed.items == [] and steps(closed) == ["genre"]
+
+
 def test_answering_note_is_pasted_and_cascade_stops(stores, encoder, scripted):
     model = scripted(answers={"N1": 0.9, "N2": 0.2})
     result = Recaller(model, encoder, *stores).recall("which payment provider did we pick and why?")

