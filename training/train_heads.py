@@ -325,35 +325,38 @@ class CrossFit:
     user writes, which the shipped encoder never saw. (Fitted on the shipped encoder's own
     training texts instead, the heads learn its inflated in-sample cosines: on the dev
     conversations that doubled the pastes for nothing, 6 -> 14 of 187.) A genre file no fold
-    model's run read is unseen by all, and embedded by the first."""
+    model's run read is unseen by all, and embedded by the first; so is a session
+    (`sessions.py`) no fold model's run read (`results.json`'s `sessions_read`, absent
+    before the runs read sessions)."""
 
     def __init__(self, results: list[Path], name: str, cache: Path) -> None:
         from memsift.classifiers.encoders import E5Encoder
 
         self.folds = []
-        # the fold models' runs read no session file (`train_biencoder.py` reads data/pairs only)
         self.sessions = {conv["id"] for conv in load_sessions()}
+        self.sessions_read: set[str] = set()  # sessions some fold model's run read (trained on or held out)
         for path in results:
             r = json.loads(path.read_text(encoding="utf-8"))
             read = set(r["genre_files_read"])  # the genre files this fold model's run read
+            self.sessions_read |= set(r.get("sessions_read", []))
             enc = Cached(E5Encoder(r["export"], name), file_tag(r["export"]), cache)
             self.folds.append((enc, set(r["held_out"]), set(r["genre_held_out"]), read))
             print(f"crossfit: {r['export']} holds out {len(r['held_out'])} projects, {len(r['genre_held_out'])} genre files")
 
     def for_project(self, project: str):
         """The encoder for `project`: the fold model that held it out, or the first for a
-        session (`sessions.py`), which no fold model's run read."""
+        session (`sessions.py`) that no fold model's run read."""
         for enc, held, _, _ in self.folds:
             if project in held:
                 return enc
-        if project in self.sessions:
+        if project in self.sessions and project not in self.sessions_read:
             return self.folds[0][0]
         raise ValueError(f"project {project} is held out by no fold model")
 
     def for_file(self, stem: str):
         """The encoder for genre file `<lang>[-<batch>]` (batch 1 has no suffix)."""
         if stem in self.sessions:
-            return self.folds[0][0]
+            return self.for_project(stem)  # a session's messages go with its pairs
         lang, _, batch = stem.partition("-")
         key = f"{lang}-{batch or 1}"
         for enc, _, held, _ in self.folds:
