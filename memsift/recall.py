@@ -3,7 +3,9 @@
 For one user message (`Recaller.recall`):
 
 1. genre: the decision model puts the message in one of eleven genres; unless the six
-   lookup genres together reach `Settings.lookup_p`, nothing is pasted;
+   lookup genres together reach `Settings.lookup_p`, nothing is pasted (with
+   `Settings.instruction_check_p` set, a message just under it gets step 2 alone, at a
+   stricter threshold: an instruction may propose what a stored constraint forbids);
 2. local notes: retrieval shortlists active notes, one question per note ("does this note
    answer the message?"); the best one that passes is pasted and the cascade stops;
 3. topic: if the message's subject is not a choice, a constraint or a problem, stop;
