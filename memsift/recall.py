@@ -326,8 +326,10 @@ class Recaller:
         hits = self.notes.search(qvec, message, s.note_shortlist, exclude=frozenset(pasted), superseded=True)
         threshold = max(self.threshold("note"), s.instruction_note_threshold) if check else None
         chosen = self._notes(message, hits, qvec, context, trace, t0, threshold)
-        if chosen or check:  # an instruction gets the notes only: no topic gate, no passage search
-            return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
+        if chosen:
+            return self._paste(genre, chosen)
+        if check:  # an instruction gets the notes only: no topic gate, no passage search
+            return Recall(genre, [], "")
 
         t0 = time.perf_counter()
         topic = self.model.decide(

@@ -113,32 +113,29 @@ def load_pairs(data: Path = DATA, sessions: list[dict] = ()) -> dict[str, dict]:
     `SESSION_BATCH` for a session), "items": {id: record}, "queries": [record]}, with
     each of `sessions` (`sessions.load_sessions`) as one more project (`sessions.pair_records`)."""
     projects: dict[str, dict] = {}
+
+    def add(r: dict, batch: int) -> None:
+        p = projects.setdefault(r["project"], {"lang": r["lang"], "batch": batch, "items": {}, "queries": []})
+        if r["type"] == "query":
+            p["queries"].append(r)
+        else:
+            p["items"][r["id"]] = r
+
     for conv in sessions:
-        p = projects.setdefault(conv["id"], {"lang": conv["language"], "batch": SESSION_BATCH, "items": {},
-                                             "queries": []})
-        for r in pair_records(conv):
-            if r["type"] == "query":
-                p["queries"].append(r)
-            else:
-                p["items"][r["id"]] = r
+        for r in pair_records(conv):  # `project` is the session's id, `lang` its language
+            add(r, SESSION_BATCH)
     for f in sorted(data.glob("*.jsonl")):
         m = re.search(r"-(\d+)$", f.stem)
         batch = int(m.group(1)) if m else 1
         for line in f.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            p = projects.setdefault(r["project"], {"lang": r["lang"], "batch": batch, "items": {}, "queries": []})
-            if r["type"] == "query":
-                p["queries"].append(r)
-            else:
-                p["items"][r["id"]] = r
+            if line.strip():
+                add(json.loads(line), batch)
     return projects
 
 
 def load_genre(batches: set[int], data: Path = GENRE_DATA, sessions: list[dict] = ()) -> list[dict]:
     """Genre messages of `data/genre/<lang>[-<batch>].jsonl` for the given batches, each
-    record with its `file` (`<lang>-<batch>`) and `batch` added; then the messages of
+    record with its `file` (`<lang>-<batch>`) and `batch` added, after the messages of
     `sessions` (`sessions.genre_records`: `file` is the session's id, `batch` `SESSION_BATCH`)."""
     out = [{**r, "batch": SESSION_BATCH} for conv in sessions for r in genre_records(conv)]
     for f in sorted(data.glob("*.jsonl")):
