@@ -170,6 +170,13 @@ def answer_view(exchange: Exchange, limit: int = SELECTOR_ANSWER_CHARS) -> str:
     return _pick(_sentences(exchange), limit, 1.0)[:limit]
 
 
+def selector_text(exchange: Exchange) -> str:
+    """The text `keep_exchange` judges: the user's message (its first `SELECTOR_USER_CHARS`)
+    and the answer as `answer_view` gives it, one per line. `training/train_heads.py` builds
+    its examples with it too, so a long answer is seen the same way in training."""
+    return f"{exchange.user[:SELECTOR_USER_CHARS]}\n{answer_view(exchange)}"
+
+
 def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
     """A short note from an exchange, at most `limit` characters.
 
@@ -352,7 +359,7 @@ def select(exchanges: list[Exchange], model, room: int) -> list[tuple[Exchange, 
         return []
     keep = {"keep_exchange": load_question("keep_exchange").question}
     topic = {"keep_topic": load_question("keep_topic").question}
-    states = [{"exchange": f"{ex.user[:SELECTOR_USER_CHARS]}\n{answer_view(ex)}", "message": ex.user} for ex in exchanges]
+    states = [{"exchange": selector_text(ex), "message": ex.user} for ex in exchanges]
     vectors = _batch_vectors(model, [st["exchange"] for st in states])
     passed = []
     for ex, state in zip(exchanges, states):

@@ -45,10 +45,13 @@ from sklearn.model_selection import GroupKFold, StratifiedKFold, cross_val_predi
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from memsift.capture import selector_text
+from memsift.config import Settings
 from memsift.classifiers.embedded import genre_columns
 from memsift.classifiers.encoders import FINE_TUNED, load_encoder
-from memsift.classifiers.features import LEGACY_PAIR_FEATURES, cue_vector, shortlist_features, shrunk_background
+from memsift.classifiers.features import LEGACY_PAIR_FEATURES, PAIR_FEATURES, cue_vector, shortlist_features, shrunk_background
 from memsift.classifiers.heads import GENRE_COLUMNS, RELEVANCE_COLUMNS, SoftmaxHead
+from memsift.transcript import Exchange
 
 from sessions import genre_records, load_sessions, pair_records
 
@@ -290,6 +293,8 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
     projects = [q.split(":")[0] for q in query]  # folds never split a project
     name = f"{tier}_answers"
     columns = LEGACY_PAIR_FEATURES if judge == "logistic" else RELEVANCE_COLUMNS
+    # the cascade's genre gate on each message (the genre head's lookup share, at the default)
+    gated = X[:, len(PAIR_FEATURES)] >= Settings().lookup_p if genre else np.ones(len(y), bool)
     if judge in ("logistic", "logistic-all"):
         X = X[:, :len(columns)]
         model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
@@ -305,6 +310,15 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
           f"threshold {threshold}{' (not written: the shipped judge pastes at the prior)' if judge == 'logistic' else ''}")
     for t, found, wrong, noise in operating_points(p, y, query, sorted({0.3, 0.4, 0.5, 0.6, threshold})):
         print(f"  per message at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, pasted for nothing {noise:.3f}")
+    # the messages of whole sessions, as a user types them, against the whole store, past the gate
+    sessions = {conv["id"] for conv in load_sessions(exclude=exclude)}
+    real = np.isin(np.array(projects), sorted(sessions)) & ~np.char.endswith(query, ":small") & gated
+    if real.any():
+        t_real = choose_threshold(p[real], y[real], query[real])
+        print(f"  the sessions' messages past the genre gate ({len(set(query[real]))}): pair AUC "
+              f"{roc_auc_score(y[real], p[real]):.3f}, threshold {t_real}")
+        for t, found, wrong, noise in operating_points(p[real], y[real], query[real], sorted({0.3, 0.4, 0.5, t_real})):
+            print(f"    per message at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, pasted for nothing {noise:.3f}")
     model.fit(X, y)
     common = {f"{name}.background": np.array(prior, dtype=np.float32)}
     if judge != "logistic":  # the shipped judge keeps the round prior; the chosen one is printed above
@@ -418,7 +432,7 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     arrays |= softmax_head("keep_topic", X[topic], [genre[i]["topic"] for i in topic], [langs[i] for i in topic],
                            [files[i] for i in topic])
     exchanges = read("exchanges")
-    texts = [f"{e['user']}\n{e['assistant']}" for e in exchanges]
+    texts = [selector_text(Exchange(e["user"], e["assistant"], 0, 0)) for e in exchanges]
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
     genre = genre_head(arrays)
