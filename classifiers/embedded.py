@@ -104,6 +104,13 @@ class EmbeddedChoiceModel:
         return {name: h.threshold for name, h in self.heads.items()
                 if not isinstance(h, SoftmaxHead) and h.threshold is not None}
 
+    @property
+    def genre_thresholds(self) -> dict[str, dict[str, float]]:
+        """The P(answers) each relevance head pastes at for a message of a given genre, where
+        its training chose one (`h.genre_thresholds`): `{head name: {genre: threshold}}`."""
+        return {name: h.genre_thresholds for name, h in self.heads.items()
+                if not isinstance(h, SoftmaxHead) and h.genre_thresholds}
+
 
 def genre_columns(probabilities: dict[str, float]) -> np.ndarray:
     """`heads.GENRE_COLUMNS` from a genre head's probabilities by genre: their sum over the

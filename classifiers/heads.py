@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 import numpy as np
@@ -63,6 +63,9 @@ class LogisticHead:
     background: float
     columns: np.ndarray
     threshold: float | None = None
+    #: The threshold its training chose for the messages of a genre, where it chose one
+    #: (`training/train_heads.py`, `genre_thresholds`), by genre.
+    genre_thresholds: dict[str, float] = field(default_factory=dict)
 
     @property
     def genre(self) -> bool:
@@ -96,6 +99,7 @@ class TreeHead:
     background: float
     columns: np.ndarray
     threshold: float | None = None
+    genre_thresholds: dict[str, float] = field(default_factory=dict)
 
     genre = LogisticHead.genre
 
@@ -147,6 +151,8 @@ def load_heads(encoder_name: str) -> dict[str, SoftmaxHead | LogisticHead | Tree
                 "background": float(data[f"{name}.background"]),
                 "columns": np.array([RELEVANCE_COLUMNS.index(c) for c in columns], dtype=np.int64),
                 "threshold": float(data[f"{name}.threshold"]) if f"{name}.threshold" in data else None,
+                "genre_thresholds": {str(g): float(t) for g, t in zip(data.get(f"{name}.threshold_genres", []),
+                                                                       data.get(f"{name}.genre_threshold", []))},
             }
             if f"{name}.tree_start" in data:
                 heads[name] = TreeHead(

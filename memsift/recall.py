@@ -282,11 +282,14 @@ class Recaller:
         self.settings = settings or Settings()
         self.today = today
 
-    def threshold(self, tier: str) -> float:
-        """The P(answers) an item of `tier` ("note" or "passage") needs to be pasted: the
-        settings' when set, else the judge's own (`EmbeddedChoiceModel.thresholds`), else
-        `config.DEFAULT_THRESHOLD`."""
+    def threshold(self, tier: str, genre: str | None = None) -> float:
+        """The P(answers) an item of `tier` ("note" or "passage") needs to be pasted for a
+        message of `genre`: the settings' when set, else the judge's own for that genre
+        (`EmbeddedChoiceModel.genre_thresholds`), else the judge's own
+        (`EmbeddedChoiceModel.thresholds`), else `config.DEFAULT_THRESHOLD`."""
         value = self.settings.note_threshold if tier == "note" else self.settings.passage_threshold
+        if value is None:
+            value = getattr(self.model, "genre_thresholds", {}).get(f"{tier}_answers", {}).get(genre)
         if value is None:
             value = getattr(self.model, "thresholds", {}).get(f"{tier}_answers", DEFAULT_THRESHOLD)
         return value
@@ -324,7 +327,9 @@ class Recaller:
 
         t0 = time.perf_counter()
         hits = self.notes.search(qvec, message, s.note_shortlist, exclude=frozenset(pasted), superseded=True)
-        threshold = max(self.threshold("note"), s.instruction_note_threshold) if check else None
+        threshold = self.threshold("note", genre)
+        if check:
+            threshold = max(threshold, s.instruction_note_threshold)
         chosen = self._notes(message, hits, qvec, context, trace, t0, threshold)
         if chosen:
             return self._paste(genre, chosen)
@@ -353,7 +358,7 @@ class Recaller:
         vectors = found.vectors[keep] if found.vectors is not None else None
         background = (found.background, found.count) if found.background is not None else None
         chosen = self._judge("passage_answers", message, items, vectors, background, qvec,
-                             self.threshold("passage"), s.max_passages, context, trace, t0)
+                             self.threshold("passage", genre), s.max_passages, context, trace, t0)
         return self._paste(genre, chosen) if chosen else Recall(genre, [], "")
 
     def _notes(self, message: str, hits, qvec: np.ndarray, context: set[str], trace: list, t0: float,

@@ -149,6 +149,12 @@ def test_a_logistic_judge_that_names_no_columns_reads_the_legacy_pair_features(t
     rows[0, : len(LEGACY_PAIR_FEATURES)] = 0.01
     rows[0, len(LEGACY_PAIR_FEATURES):] = 100.0  # columns it never read
     assert head.probabilities(rows)[0] == pytest.approx(1 / (1 + np.exp(-0.01 * w.sum())))
+    assert head.genre_thresholds == {}
+    np.savez(path, **{"note_answers.w": w, "note_answers.b": np.array(0.0), "note_answers.background": np.array(0.4),
+                      "note_answers.threshold_genres": np.array(["past_choice", "resume_work"]),
+                      "note_answers.genre_threshold": np.array([0.55, 0.3], dtype=np.float32)})
+    head = heads.load_heads("x")["note_answers"]
+    assert head.threshold is None and head.genre_thresholds == pytest.approx({"past_choice": 0.55, "resume_work": 0.3})
 
 
 def test_pair_features_weigh_the_words_only_the_item_shares_with_the_message():

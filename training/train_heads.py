@@ -243,6 +243,37 @@ def choose_threshold(p: np.ndarray, y: np.ndarray, query: np.ndarray) -> float:
     return round(max(ok, key=lambda pt: pt[1] - pt[2] - pt[3])[0], 3)
 
 
+#: A genre gets a threshold of its own (`genre_thresholds`) when the sessions hold at least
+#: this many of its messages past the gate, this many of them with an answer.
+MIN_GENRE_MESSAGES, MIN_GENRE_ANSWERED = 30, 10
+
+
+def genre_thresholds(p: np.ndarray, y: np.ndarray, query: np.ndarray, chosen_genre: np.ndarray,
+                     real: np.ndarray) -> dict[str, float]:
+    """The threshold `choose_threshold` picks for each lookup genre, on the out-of-fold
+    probabilities of the sessions' messages the genre head puts in it (`real`: whole store,
+    past the gate), for the genres with `MIN_GENRE_MESSAGES` of them, `MIN_GENRE_ANSWERED`
+    answered; `{genre: threshold}`. A message that asks for memory ("where were we?") can be
+    pasted on a weaker match than one that only may need it; the messages of whole sessions
+    are the ones typed as a user types."""
+    from memsift.classifiers.base import load_question
+
+    out = {}
+    for g in load_question("genre").extra["lookup"]:
+        rows = real & (chosen_genre == g)
+        messages = set(query[rows])
+        answered = {q for q in messages if y[rows & (query == q)].any()}
+        if len(messages) < MIN_GENRE_MESSAGES or len(answered) < MIN_GENRE_ANSWERED:
+            print(f"    {g}: {len(messages)} messages ({len(answered)} answered): the judge's own threshold")
+            continue
+        out[g] = choose_threshold(p[rows], y[rows], query[rows])
+        (pt,) = operating_points(p[rows], y[rows], query[rows], [out[g]])
+        (at_half,) = operating_points(p[rows], y[rows], query[rows], [0.5])
+        print(f"    {g}: {len(messages)} messages ({len(answered)} answered), threshold {out[g]}: found {pt[1]:.3f}, "
+              f"wrong {pt[2]:.3f}, for nothing {pt[3]:.3f} (at 0.5: {at_half[1]:.3f}, {at_half[2]:.3f}, {at_half[3]:.3f})")
+    return out
+
+
 def platt(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Platt scaling (Platt, "Probabilistic outputs for support vector machines", 1999):
     (a, b) with P = sigmoid(a * score + b), fitted on out-of-fold scores."""
@@ -283,18 +314,23 @@ def export_trees(model: HistGradientBoostingClassifier, name: str) -> dict[str, 
 
 
 def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: SoftmaxHead | None = None,
-                   judge: str = "logistic", exclude: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+                   judge: str = "logistic", exclude: frozenset[str] = frozenset(),
+                   write_genre_thresholds: bool = False) -> dict[str, np.ndarray]:
     """Fit the `note_answers` or `passage_answers` head on its tier's pairs: the logistic
     regression over the legacy pair features (`judge="logistic"`, what ships: it carries no
     threshold and pastes at `config.DEFAULT_THRESHOLD`), the same over every column
     (`"logistic-all"`), or gradient-boosted trees over every column (`"trees"`); the last two
-    carry the threshold `choose_threshold` picks."""
+    carry the threshold `choose_threshold` picks. With `write_genre_thresholds`, the head
+    carries the thresholds `genre_thresholds` picks too."""
     X, y, query, prior = pair_rows(encoder, tier, folds, genre, exclude)
     projects = [q.split(":")[0] for q in query]  # folds never split a project
     name = f"{tier}_answers"
     columns = LEGACY_PAIR_FEATURES if judge == "logistic" else RELEVANCE_COLUMNS
-    # the cascade's genre gate on each message (the genre head's lookup share, at the default)
+    # the cascade's genre gate on each message (the genre head's lookup share, at the default),
+    # and the genre the cascade would give it (the genre head's choice)
     gated = X[:, len(PAIR_FEATURES)] >= Settings().lookup_p if genre else np.ones(len(y), bool)
+    genres = np.array([c.removeprefix("genre_") for c in GENRE_COLUMNS[1:]])
+    chosen_genre = genres[np.argmax(X[:, len(PAIR_FEATURES) + 1:], axis=1)] if genre else np.full(len(y), "")
     if judge in ("logistic", "logistic-all"):
         X = X[:, :len(columns)]
         model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
@@ -319,10 +355,14 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
               f"{roc_auc_score(y[real], p[real]):.3f}, threshold {t_real}")
         for t, found, wrong, noise in operating_points(p[real], y[real], query[real], sorted({0.3, 0.4, 0.5, t_real})):
             print(f"    per message at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, pasted for nothing {noise:.3f}")
+    by_genre = genre_thresholds(p, y, query, chosen_genre, real) if genre else {}
     model.fit(X, y)
     common = {f"{name}.background": np.array(prior, dtype=np.float32)}
     if judge != "logistic":  # the shipped judge keeps the round prior; the chosen one is printed above
         common[f"{name}.threshold"] = np.array(threshold, dtype=np.float32)
+    if by_genre and write_genre_thresholds:
+        common[f"{name}.threshold_genres"] = np.array(sorted(by_genre))
+        common[f"{name}.genre_threshold"] = np.array([by_genre[g] for g in sorted(by_genre)], dtype=np.float32)
     if judge in ("logistic", "logistic-all"):
         # the model was fitted on standardised features: fold the scaling into w and b
         w = model[-1].coef_[0] / model[0].scale_
@@ -389,7 +429,7 @@ def genre_head(arrays: dict[str, np.ndarray]) -> SoftmaxHead:
 
 def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None,
           crossfit: list[Path] | None = None, judge: str = "logistic", cache: Path | None = None,
-          exclude: frozenset[str] = frozenset(), out: Path | None = None) -> None:
+          exclude: frozenset[str] = frozenset(), out: Path | None = None, by_genre: bool = False) -> None:
     from memsift.classifiers.encoders import E5Encoder
     from memsift.classifiers.modelfile import bundled_model_path
 
@@ -409,8 +449,8 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     if only == "relevance":
         arrays = {k: v for k, v in np.load(shipped).items() if not k.startswith(("note_answers.", "passage_answers."))}
         genre = genre_head(arrays)
-        arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude)
-                   | relevance_head(encoder, "passage", folds, genre, judge, exclude))
+        arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude, by_genre)
+                   | relevance_head(encoder, "passage", folds, genre, judge, exclude, by_genre))
         if not report_only:
             np.savez_compressed(out, **arrays)
             print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
@@ -436,8 +476,8 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
     genre = genre_head(arrays)
-    arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude)
-               | relevance_head(encoder, "passage", folds, genre, judge, exclude))
+    arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude, by_genre)
+               | relevance_head(encoder, "passage", folds, genre, judge, exclude, by_genre))
     if not report_only:
         np.savez_compressed(out, **arrays)
         print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
@@ -461,6 +501,9 @@ def main() -> None:
                         help="where embeddings are kept between runs (default ~/.cache/memsift-train/vectors)")
     parser.add_argument("--exclude-session", action="append", default=[], metavar="ID",
                         help="leave this session (data/conversations/<ID>.json) out, to score it held out")
+    parser.add_argument("--genre-thresholds", action="store_true",
+                        help="the judges carry a threshold per lookup genre, chosen on the sessions' out-of-fold "
+                             "probabilities (genre_thresholds)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the heads file here instead of classifiers/weights/heads-<encoder>.npz")
     args = parser.parse_args()
@@ -472,7 +515,7 @@ def main() -> None:
         parser.error("--model-file and --crossfit need exactly one --encoder")
     for name in names:
         train(name, args.report_only, args.only, args.model_file, args.crossfit, args.judge, args.cache,
-              frozenset(args.exclude_session), args.out)
+              frozenset(args.exclude_session), args.out, args.genre_thresholds)
 
 
 if __name__ == "__main__":
