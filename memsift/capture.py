@@ -348,8 +348,9 @@ def select(exchanges: list[Exchange], model, room: int) -> list[tuple[Exchange, 
 
     Two questions, as a cascade: `keep_exchange` (its state: the user's message and the
     answer as `answer_view` gives it, secrets already masked) for every exchange, then
-    `keep_topic` (the user's message, or for an answer too long to keep whole, the
-    sentences picked from it, `Exchange.salient`) only for those that pass it; both must pass
+    `keep_topic` (the user's message, or what the answer settles: for an answer too long to
+    keep whole the sentences picked from it, `Exchange.salient`, else the answer as
+    `answer_view` gives it) only for those that pass it; both must pass
     (`KEEP_NONE_P`, `TOPIC_NONE_P`). With the embedded model the texts of each question are
     embedded in one batch (`Request.local["query_vectors"]`).
     """
@@ -367,9 +368,11 @@ def select(exchanges: list[Exchange], model, room: int) -> list[tuple[Exchange, 
         kinds = {k: v for k, v in answer.probabilities.items() if k != "none"}
         if answer.p("none") < KEEP_NONE_P and kinds:
             passed.append((ex, state, max(kinds, key=kinds.get), answer.p("none")))
-    # the topic of the user's message, or, for an answer too long to keep whole, of the
-    # sentences picked from it (a decision stated in a report the user only asked for)
-    asked = [(ex, kind, p_none, [state["message"]] + ([" ".join(ex.salient)] if ex.salient else []))
+    # the topic of the user's message, or of what the answer settles: its sentences picked
+    # from a report too long to keep whole (a decision stated in a report the user only asked
+    # for), else the answer as the selector read it ("let's decide the queue" -> "we switched
+    # to RQ because ...")
+    asked = [(ex, kind, p_none, [state["message"], " ".join(ex.salient) if ex.salient else answer_view(ex)])
              for ex, state, kind, p_none in passed]
     vectors = _batch_vectors(model, [m for *_, messages in asked for m in messages])
     chosen = [(ex, kind, p_none) for ex, kind, p_none, messages in asked
