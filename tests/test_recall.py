@@ -170,9 +170,9 @@ def test_the_judge_pastes_at_its_own_threshold_unless_the_settings_name_one(stor
 
 
 def test_a_genre_the_judge_chose_a_threshold_for_pastes_at_it(stores, encoder, scripted):
-    """"Where were we?" asks for memory: the heads may carry a lower threshold for
-    `resume_work` (`train_heads.genre_thresholds`), used for that genre only, and the
-    settings' threshold still wins over it."""
+    """The heads may carry a threshold of their own for a genre (`train_heads.genre_thresholds`,
+    here a lower one for "where were we?"): used for that genre only, and the settings'
+    threshold still wins over it."""
     model = scripted(genre="resume_work", answers={"N1": 0.3})
     model.genre_thresholds = {"note_answers": {"resume_work": 0.25}}
     own = Recaller(model, encoder, *stores)

@@ -46,11 +46,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from memsift.capture import selector_text
-from memsift.config import Settings
 from memsift.classifiers.embedded import genre_columns
 from memsift.classifiers.encoders import FINE_TUNED, load_encoder
 from memsift.classifiers.features import LEGACY_PAIR_FEATURES, PAIR_FEATURES, cue_vector, shortlist_features, shrunk_background
 from memsift.classifiers.heads import GENRE_COLUMNS, RELEVANCE_COLUMNS, SoftmaxHead
+from memsift.config import Settings
 from memsift.transcript import Exchange
 
 from sessions import genre_records, load_sessions, pair_records
