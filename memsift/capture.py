@@ -170,11 +170,12 @@ def answer_view(exchange: Exchange, limit: int = SELECTOR_ANSWER_CHARS) -> str:
     return _pick(_sentences(exchange), limit, 1.0)[:limit]
 
 
-def selector_text(exchange: Exchange) -> str:
+def selector_text(exchange: Exchange, view: str | None = None) -> str:
     """The text `keep_exchange` judges: the user's message (its first `SELECTOR_USER_CHARS`)
-    and the answer as `answer_view` gives it, one per line. `training/train_heads.py` builds
-    its examples with it too, so a long answer is seen the same way in training."""
-    return f"{exchange.user[:SELECTOR_USER_CHARS]}\n{answer_view(exchange)}"
+    and the answer as `answer_view` gives it (or `view`, when the caller has it already), one
+    per line. `training/train_heads.py` builds its examples with it too, so a long answer is
+    seen the same way in training."""
+    return f"{exchange.user[:SELECTOR_USER_CHARS]}\n{answer_view(exchange) if view is None else view}"
 
 
 def note_text(exchange: Exchange, limit: int = NOTE_CHARS) -> str:
@@ -360,20 +361,21 @@ def select(exchanges: list[Exchange], model, room: int) -> list[tuple[Exchange, 
         return []
     keep = {"keep_exchange": load_question("keep_exchange").question}
     topic = {"keep_topic": load_question("keep_topic").question}
-    states = [{"exchange": selector_text(ex), "message": ex.user} for ex in exchanges]
+    views = [answer_view(ex) for ex in exchanges]
+    states = [{"exchange": selector_text(ex, view), "message": ex.user} for ex, view in zip(exchanges, views)]
     vectors = _batch_vectors(model, [st["exchange"] for st in states])
     passed = []
-    for ex, state in zip(exchanges, states):
+    for ex, state, view in zip(exchanges, states, views):
         answer = model.decide(Request(state, keep, local={"query_vectors": vectors}))["keep_exchange"]
         kinds = {k: v for k, v in answer.probabilities.items() if k != "none"}
         if answer.p("none") < KEEP_NONE_P and kinds:
-            passed.append((ex, state, max(kinds, key=kinds.get), answer.p("none")))
+            passed.append((ex, view, max(kinds, key=kinds.get), answer.p("none")))
     # the topic of the user's message, or of what the answer settles: its sentences picked
     # from a report too long to keep whole (a decision stated in a report the user only asked
     # for), else the answer as the selector read it ("let's decide the queue" -> "we switched
     # to RQ because ...")
-    asked = [(ex, kind, p_none, [state["message"], " ".join(ex.salient) if ex.salient else answer_view(ex)])
-             for ex, state, kind, p_none in passed]
+    asked = [(ex, kind, p_none, [ex.user, " ".join(ex.salient) if ex.salient else view])
+             for ex, view, kind, p_none in passed]
     vectors = _batch_vectors(model, [m for *_, messages in asked for m in messages])
     chosen = [(ex, kind, p_none) for ex, kind, p_none, messages in asked
               if any(model.decide(Request({"message": m}, topic, local={"query_vectors": vectors}))["keep_topic"].p("none")

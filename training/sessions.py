@@ -21,6 +21,7 @@ training scripts read them as one more project and one more genre file each:
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -38,6 +39,12 @@ def load_sessions(folder: Path = FOLDER, exclude: frozenset[str] = frozenset()) 
         if conv["id"] not in exclude:
             out.append(conv)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def session_ids(folder: Path = FOLDER, exclude: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The `id`s of `load_sessions(folder, exclude)`, read once per process."""
+    return frozenset(conv["id"] for conv in load_sessions(folder, exclude))
 
 
 def pair_records(conv: dict) -> list[dict]:

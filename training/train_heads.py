@@ -53,7 +53,7 @@ from memsift.classifiers.heads import GENRE_COLUMNS, RELEVANCE_COLUMNS, SoftmaxH
 from memsift.config import Settings
 from memsift.transcript import Exchange
 
-from sessions import genre_records, load_sessions, pair_records
+from sessions import genre_records, load_sessions, pair_records, session_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "training" / "data"
@@ -348,7 +348,7 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
     for t, found, wrong, noise in operating_points(p, y, query, sorted({0.3, 0.4, 0.5, 0.6, threshold})):
         print(f"  per message at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, pasted for nothing {noise:.3f}")
     # the messages of whole sessions, as a user types them, against the whole store, past the gate
-    sessions = {conv["id"] for conv in load_sessions(exclude=exclude)}
+    sessions = session_ids(exclude=exclude)
     real = np.isin(np.array(projects), sorted(sessions)) & ~np.char.endswith(query, ":small") & gated
     if real.any():
         t_real = choose_threshold(p[real], y[real], query[real])
