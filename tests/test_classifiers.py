@@ -10,6 +10,7 @@ import pytest
 from memsift.classifiers import Question, Request, UnsupportedQuestion, load_question
 from memsift.classifiers.embedded import EmbeddedChoiceModel
 from memsift.classifiers.encoders import HashingEncoder, load_encoder
+from memsift.classifiers.features import MAX_EMBED_CHARS
 
 GENRES = ["reaction", "finished_work_action", "complete_instruction", "general_knowledge", "conversation_question",
           "new_decision", "past_choice", "resume_work", "recurring_problem", "existing_code_task", "past_exchange"]
@@ -171,3 +172,22 @@ def test_pair_features_weigh_the_words_only_the_item_shares_with_the_message():
     assert col["unique_shared"][0] > col["unique_shared"][1]  # "send_reminder" (and "uses") only in the first
     assert col["specific_shared"][0] > 0 == col["specific_shared"][1]
     assert col["cos_z"].tolist() == [0.0, 0.0]
+
+
+def test_a_long_message_is_embedded_from_its_first_query_tokens(e5):
+    """The hook embeds a message's first `QUERY_TOKENS` tokens (the length the fine-tuned
+    layers were trained on): what follows them changes next to nothing, what precedes them does,
+    and stored texts keep their longer cap."""
+    head = "why did we drop Redis for the session store? " * 12  # about 150 tokens
+    filler = " ".join(f"line {i}: GET /api/orders/{i} 200 12ms" for i in range(35))
+    message = head + filler
+    assert len(message) < MAX_EMBED_CHARS  # cut by tokens, not by the character cap before it
+    assert e5._model.token_count(message, is_query=True) > 2 * e5.QUERY_TOKENS
+    cut = e5._fit(message, True)
+    assert message.startswith(cut) and e5._model.token_count(cut, is_query=True) <= e5.QUERY_TOKENS
+    assert e5.PASSAGE_TOKENS > e5.QUERY_TOKENS
+    vector = e5.query([message])[0]
+    assert float(vector @ e5.query([cut])[0]) > 0.9999
+    other_tail = head + " ".join(f"ERROR worker {i}: timeout after 30s" for i in range(35))
+    assert float(vector @ e5.query([other_tail])[0]) > 0.99
+    assert float(vector @ e5.query(["nothing to do with it: " + message])[0]) < 0.999
