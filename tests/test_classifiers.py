@@ -185,7 +185,7 @@ def test_a_long_message_is_embedded_from_its_first_query_tokens(e5):
     assert e5._model.token_count(message, is_query=True) > 2 * e5.QUERY_TOKENS
     cut = e5._fit(message, True)
     assert message.startswith(cut) and e5._model.token_count(cut, is_query=True) <= e5.QUERY_TOKENS
-    assert e5.PASSAGE_TOKENS > e5.QUERY_TOKENS
+    assert float(e5.passage([message])[0] @ e5.passage([cut])[0]) < 0.999  # a stored text reads further
     vector = e5.query([message])[0]
     assert float(vector @ e5.query([cut])[0]) > 0.9999
     other_tail = head + " ".join(f"ERROR worker {i}: timeout after 30s" for i in range(35))

@@ -391,7 +391,7 @@ class CrossFit:
         from memsift.classifiers.encoders import E5Encoder
 
         self.folds = []
-        self.sessions = {conv["id"] for conv in load_sessions()}
+        self.sessions = session_ids()
         self.sessions_read: set[str] = set()  # sessions some fold model's run read (trained on or held out)
         for path in results:
             r = json.loads(path.read_text(encoding="utf-8"))
