@@ -6,7 +6,7 @@ Usage: python bench/hook_bench.py [CONVERSATION.json] [--prompts 50]
 A temporary MEMSIFT_HOME gets the conversation's notes and passages (through the same
 write paths as memsift itself, in a child process so that this one stays small: a forked
 child's max RSS counts its parent's pages until it execs); then each of the first N user messages is fed to
-`python -P -m memsift hook user-prompt-submit` (the command `memsift install` writes) in the
+the command `memsift install` writes (`install.hook_argv`) in the
 project's folder, as Claude Code would (JSON on stdin), one new process per prompt, and timed
 from spawn to exit: first with no server (`MEMSIFT_SERVER=off`,
 each process loads the model), then with `memsift serve` started and answering (each process is
@@ -51,10 +51,17 @@ def seed(home: Path, conv: dict, project: Path) -> None:
     backend.close()
 
 
-def spawn(payload: bytes, env: dict, cwd: Path) -> tuple[float, int, bytes]:
-    """Wall ms, max RSS in KB, stdout of one hook process, run in `cwd` as the hosts do."""
+def hook_argv() -> list[str]:
+    """The prompt hook's process as `memsift install` writes it (`install.hook_argv`), asked
+    of a child so that this process stays small."""
+    code = "import json; from memsift.install import hook_argv; print(json.dumps(hook_argv('user-prompt-submit')))"
+    return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True).stdout)
+
+
+def spawn(argv: list[str], payload: bytes, env: dict, cwd: Path) -> tuple[float, int, bytes]:
+    """Wall ms, max RSS in KB, stdout of one hook process `argv`, run in `cwd` as the hosts do."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-P", "-m", "memsift", "hook", "user-prompt-submit"], cwd=cwd,
+    proc = subprocess.Popen(argv, cwd=cwd,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     proc.stdin.write(payload)
     proc.stdin.close()
@@ -96,6 +103,7 @@ def main() -> None:
         os.environ["MEMSIFT_HOME"] = str(home)
         subprocess.run([sys.executable, __file__, args.conversation, "--seed-into", str(home), str(project)], check=True)
         env = {**os.environ, "MEMSIFT_HOME": str(home)}
+        argv = hook_argv()
         runs = {}
         for label, server in (("cold (no server)", "off"), ("warm (memsift serve)", "on")):
             mode = {**env, "MEMSIFT_SERVER": server}
@@ -107,7 +115,7 @@ def main() -> None:
             for i, prompt in enumerate(prompts):
                 payload = json.dumps({"session_id": f"bench-{server}-{i}", "transcript_path": "", "cwd": str(project),
                                       "hook_event_name": "UserPromptSubmit", "prompt": prompt}).encode()
-                ms, kb, out = spawn(payload, mode, project)
+                ms, kb, out = spawn(argv, payload, mode, project)
                 walls.append(ms)
                 rss.append(kb)
                 outs.append(out)

@@ -5,9 +5,11 @@ for users who installed memsift with pip instead of a plugin marketplace.
   folder), key `hooks`; Codex from `$CODEX_HOME/hooks.json` (default `~/.codex`), whose root
   holds only `description` and `hooks` (research note `hosts.md`, sections A3 and D1).
 - Each event gets one matcher group whose command runs this Python:
-  `"<python>" -P -m memsift hook <event>` (`-P`: the project folder never shadows memsift).
-  memsift's entries are the ones whose command contains `-m memsift hook`; nothing else in
-  the file is touched, and installing twice changes nothing.
+  `"<python>" -P -c "import memsift.__main__" hook <event>` (`hook_argv`; `-P`: the project
+  folder never shadows memsift). memsift's entries are the ones whose command runs that code
+  with `hook`, or `-m memsift hook` (the command of installs before 2026-12-03, which still
+  works and is replaced by the next `install`); nothing else in the file is touched, and
+  installing twice changes nothing.
 - `install` keeps the file's bytes from before (in `<memsift home>/install/<host>.json`);
   `uninstall` puts them back exactly when the file has not changed since, and otherwise
   removes only memsift's entries.
@@ -32,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from .notes import atomic_write
+from .notefile import atomic_write
 
 #: (host event, memsift hook event, timeout in seconds). Codex caps SessionEnd at 3 s.
 EVENTS = (
@@ -42,7 +44,13 @@ EVENTS = (
     ("PreCompact", "pre-compact", 10),
     ("SessionEnd", "session-end", 3),
 )
-MARK = "-m memsift hook"
+#: The Python code a hook command runs. Importing `memsift.__main__` (it reads `hook <event>`
+#: from `sys.argv`) does what `-m memsift` does without runpy, whose imports
+#: (`importlib.util`, `contextlib`) cost each prompt about 4.5 ms of a warm hook's 17 ms
+#: outside the server here (`bench/hook_bench.py`).
+HOOK_CODE = "import memsift.__main__"
+#: What marks a hook command as memsift's: either form (`-m`: installs before 2026-12-03).
+MARKS = ("-m memsift hook", f"{HOOK_CODE}' hook", f'{HOOK_CODE}" hook')
 HOSTS = ("claude", "codex")
 #: The MCP server's arguments after the Python, and what marks an entry as memsift's.
 MCP_ARGS = ("-P", "-m", "memsift", "mcp")
@@ -197,19 +205,31 @@ def remove_mcp(host: str, env: Mapping[str, str] | None = None) -> str:
     return f"memsift's MCP server removed from {path}"
 
 
+def hook_argv(event: str, python: str = sys.executable) -> list[str]:
+    """The process a host starts for memsift's hook `event` (`user-prompt-submit`, ...)."""
+    return [python, "-P", "-c", HOOK_CODE, "hook", event]
+
+
 def hook_groups(host: str, python: str = sys.executable) -> dict[str, list[dict]]:
-    """memsift's hook entries for `host`, by host event."""
+    """memsift's hook entries for `host`, by host event: `hook_argv` as a POSIX shell
+    command, and for Codex a cmd.exe one too (`commandWindows`: double quotes)."""
     out = {}
     for event, name, timeout in EVENTS:
-        handler = {"type": "command", "command": f"{shlex.quote(python)} -P {MARK} {name}", "timeout": timeout}
-        if host == "codex":  # cmd.exe on Windows: double quotes
-            handler["commandWindows"] = f'"{python}" -P {MARK} {name}'
+        handler = {"type": "command", "command": shlex.join(hook_argv(name, python)), "timeout": timeout}
+        if host == "codex":
+            handler["commandWindows"] = " ".join(f'"{a}"' if a in (python, HOOK_CODE) else a
+                                                 for a in hook_argv(name, python))
         out[event] = [{"hooks": [handler]}]
     return out
 
 
+def is_hook_command(command: str) -> bool:
+    """Whether a host's hook `command` is memsift's (`MARKS`)."""
+    return any(mark in command for mark in MARKS)
+
+
 def _is_ours(handler: object) -> bool:
-    return isinstance(handler, dict) and MARK in str(handler.get("command", ""))
+    return isinstance(handler, dict) and is_hook_command(str(handler.get("command", "")))
 
 
 def _ours(group: object) -> bool:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from memsift.install import is_hook_command
+
 from .fakeapi import FakeAnthropicAPI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,7 +98,7 @@ def test_codex_runs_the_installed_hooks_and_the_recall_reaches_the_model(sandbox
     print(memsift("install", "codex", env=sandbox))
 
     listed = hooks_list(codex, sandbox, project)
-    ours = [h for h in listed["hooks"] if "-m memsift hook" in h["command"]]
+    ours = [h for h in listed["hooks"] if is_hook_command(h["command"])]
     assert {h["eventName"] for h in ours} == EVENTS, listed
     assert not listed["warnings"] and not listed["errors"], listed
     assert all(h["trustStatus"] == "untrusted" for h in ours)  # Codex asks the user first
@@ -104,7 +106,7 @@ def test_codex_runs_the_installed_hooks_and_the_recall_reaches_the_model(sandbox
         for h in ours:
             fh.write(f'\n[hooks.state."{h["key"]}"]\ntrusted_hash = "{h["currentHash"].split("/")[0]}"\n')
     relisted = hooks_list(codex, sandbox, project)["hooks"]
-    assert {h["trustStatus"] for h in relisted if "-m memsift hook" in h["command"]} == {"trusted"}
+    assert {h["trustStatus"] for h in relisted if is_hook_command(h["command"])} == {"trusted"}
 
     with FakeAnthropicAPI(tmp_path / "requests.jsonl") as api:
         env = dict(sandbox, FAKE_KEY="sk-fake-for-tests")
@@ -125,7 +127,7 @@ def test_codex_runs_the_installed_hooks_and_the_recall_reaches_the_model(sandbox
         assert "(memsift serve)" in log, log[-3000:]
 
     print(memsift("uninstall", "codex", env=sandbox))
-    assert not [h for h in hooks_list(codex, sandbox, project)["hooks"] if "-m memsift hook" in h["command"]]
+    assert not [h for h in hooks_list(codex, sandbox, project)["hooks"] if is_hook_command(h["command"])]
 
 
 def test_codex_offers_the_mcp_tools_install_registers_and_a_tool_call_returns_the_note(sandbox, tmp_path):

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from memsift.install import InstallError, install, settings_path, uninstall
+from memsift.install import HOOK_CODE, InstallError, install, is_hook_command, settings_path, uninstall
 
 NOTE = "Payment provider: we chose Adyen over Stripe because Adyen supports SEPA direct debit."
 # a user's own settings, with formatting json.dumps would not reproduce
@@ -31,7 +31,7 @@ def test_install_run_and_uninstall_byte_for_byte(host, env, tmp_path, memsift_ho
     assert install(host, memsift_home, env).startswith("memsift's hooks are already in")
     settings = json.loads(path.read_text())
     commands = {event: [h["command"] for g in groups for h in g["hooks"]] for event, groups in settings["hooks"].items()}
-    assert sum("-m memsift hook" in c for cs in commands.values() for c in cs) == 5
+    assert sum(is_hook_command(c) for cs in commands.values() for c in cs) == 5
     if host == "claude":
         assert settings["model"] == "opus" and "notify-send done" in commands["Stop"]
 
@@ -41,7 +41,7 @@ def test_install_run_and_uninstall_byte_for_byte(host, env, tmp_path, memsift_ho
     from .conftest import run_memsift
 
     assert run_memsift("notes", "add", "--project", str(project), "--kind", "decision", NOTE).returncode == 0
-    (command,) = [c for c in commands["UserPromptSubmit"] if "-m memsift hook" in c]
+    (command,) = [c for c in commands["UserPromptSubmit"] if is_hook_command(c)]
     payload = {"session_id": "s1", "transcript_path": "", "cwd": str(project), "hook_event_name": "UserPromptSubmit",
                "prompt": "why did we choose Adyen over Stripe?"}
     done = subprocess.run(["sh", "-c", command], input=json.dumps(payload).encode(), capture_output=True,
@@ -61,6 +61,27 @@ def test_uninstall_after_a_hand_edit_removes_only_memsift(env, memsift_home):
     path.write_text(json.dumps(data))
     assert "only memsift's entries went" in uninstall("claude", memsift_home, env)
     assert json.loads(path.read_text()) == {"theme": "dark"}
+
+
+@pytest.mark.parametrize("host", ["claude", "codex"])
+def test_install_replaces_the_older_hook_command_and_uninstall_removes_either(host, env, memsift_home):
+    """Installs before 2026-12-03 wrote `python -P -m memsift hook <event>`: the next install
+    replaces those entries (one memsift entry per event, the new command), and uninstall
+    removes them when nothing else was installed since."""
+    path = settings_path(host, env)
+    path.parent.mkdir(parents=True)
+    old = {"type": "command", "command": "/opt/py/bin/python3 -P -m memsift hook user-prompt-submit", "timeout": 10}
+    mine = {"type": "command", "command": "notify-send prompt"}
+    path.write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [old]}, {"hooks": [mine]}]}}))
+    install(host, memsift_home, env)
+    groups = json.loads(path.read_text())["hooks"]["UserPromptSubmit"]
+    commands = [h["command"] for g in groups for h in g["hooks"]]
+    assert [c for c in commands if is_hook_command(c)] == [c for c in commands if HOOK_CODE in c]
+    assert len([c for c in commands if is_hook_command(c)]) == 1 and "notify-send prompt" in commands
+
+    path.write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [old]}, {"hooks": [mine]}]}}))
+    uninstall(host, memsift_home, env)
+    assert json.loads(path.read_text()) == {"hooks": {"UserPromptSubmit": [{"hooks": [mine]}]}}
 
 
 def test_install_without_a_settings_file_and_uninstall_removes_it(env, memsift_home):
@@ -223,6 +244,6 @@ def test_install_writes_through_a_symlinked_settings_file(env, memsift_home, tmp
     path.parent.mkdir(parents=True)
     path.symlink_to(dotfiles / "settings.json")
     install("claude", memsift_home, env)
-    assert path.is_symlink() and "-m memsift hook" in (dotfiles / "settings.json").read_text()
+    assert path.is_symlink() and HOOK_CODE in (dotfiles / "settings.json").read_text()
     uninstall("claude", memsift_home, env)
     assert path.is_symlink() and (dotfiles / "settings.json").read_bytes() == CLAUDE_SETTINGS
