@@ -82,10 +82,14 @@ def parse_input(raw: bytes, required: tuple[str, ...] = ("prompt", "cwd")) -> di
     return payload
 
 
-def user_prompt_submit(payload: dict[str, Any], home: Path, models: dict | None = None) -> tuple[str | None, list[str]]:
+def user_prompt_submit(payload: dict[str, Any], home: Path, models: dict | None = None,
+                       deferred: list | None = None) -> tuple[str | None, list[str]]:
     """Run recall for one prompt: the additionalContext to inject (or None), and the notices
     owed to the user and the agent (a memory service paused or resumed). `models` caches the
-    embedded decision model by encoder setting (a warm server's), None: loaded here."""
+    embedded decision model by encoder setting (a warm server's), None: loaded here. The
+    run's record (`runlog`, the hook log's line) is written before returning, or, given a
+    `deferred` list, appended to it as a callable for the caller to run once the answer is
+    out (the warm server: about 2 ms of each prompt here)."""
     from .config import cognee_config, environment
     from .runlog import paused
 
@@ -148,23 +152,28 @@ def user_prompt_submit(payload: dict[str, Any], home: Path, models: dict | None 
             log.info("session %s: an index is stale, started %s", session, " ".join(command[2:]))
         except OSError as exc:  # the paste is ready: it goes out whatever happens here
             log.warning("session %s: an index is stale, could not start a reindex (%s)", session, exc)
-    try:
-        from .runlog import RunLog
-
-        runs = RunLog(home / "runs.sqlite")
-        runs.record("user-prompt-submit", session, str(root), len(prompt), result.genre, [i.id for i in result.items],
-                    len(result.text), result.ms, result.trace, notices)
-        runs.close()
-    except sqlite3.Error as exc:
-        log.warning("could not log the run: %s", exc)
     remote = getattr(model, "remote", None)
-    log.info(
-        "session %s: genre %s, pasted %s (%d chars) in %.0f ms; notices %s; trace %s%s",
-        session, result.genre, [i.id for i in result.items], len(result.text), result.ms, notices,
-        json.dumps(result.trace, ensure_ascii=False),
-        "" if remote is None else f"; decisions {json.dumps(model.events)}, {remote.usage.input_tokens} input tokens, "
-                                  f"${remote.usage.cost_usd:.6f}",
-    )
+    usage = "" if remote is None else (f"; decisions {json.dumps(model.events)}, {remote.usage.input_tokens} input "
+                                       f"tokens, ${remote.usage.cost_usd:.6f}")
+
+    def record() -> None:
+        try:
+            from .runlog import RunLog
+
+            runs = RunLog(home / "runs.sqlite")
+            runs.record("user-prompt-submit", session, str(root), len(prompt), result.genre,
+                        [i.id for i in result.items], len(result.text), result.ms, result.trace, notices)
+            runs.close()
+        except sqlite3.Error as exc:
+            log.warning("could not log the run: %s", exc)
+        log.info("session %s: genre %s, pasted %s (%d chars) in %.0f ms; notices %s; trace %s%s",
+                 session, result.genre, [i.id for i in result.items], len(result.text), result.ms, notices,
+                 json.dumps(result.trace, ensure_ascii=False), usage)
+
+    if deferred is None:
+        record()
+    else:
+        deferred.append(record)
     return "\n".join(notices + ([result.text] if result.text else [])) or None, notices
 
 
@@ -241,10 +250,11 @@ def detach(command: list[str], cwd: str) -> list[str]:
     return command
 
 
-def respond(event: str, raw: bytes, home: Path, models: dict | None = None) -> bytes:
+def respond(event: str, raw: bytes, home: Path, models: dict | None = None, deferred: list | None = None) -> bytes:
     """What `memsift hook <event>` prints for the host's stdin `raw` (b"" for nothing), the
     work done and logged: a recall, or a detached capture started. Never raises. `models` is
-    a warm process's cache of decision models (`memsift.server`), None in a hook process."""
+    a warm process's cache of decision models (`memsift.server`), None in a hook process;
+    `deferred` as for `user_prompt_submit`."""
     start = time.perf_counter()
     out = b""
     try:
@@ -257,7 +267,7 @@ def respond(event: str, raw: bytes, home: Path, models: dict | None = None) -> b
                 out = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": line}},
                                  ensure_ascii=True).encode("ascii")
         elif event == "user-prompt-submit":
-            context, notices = user_prompt_submit(parse_input(raw), home, models)
+            context, notices = user_prompt_submit(parse_input(raw), home, models, deferred)
             if context:
                 answer: dict[str, Any] = {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                                                  "additionalContext": context}}

@@ -277,9 +277,10 @@ class Server:
                         return
                 continue
             self.last = time.monotonic()
+            deferred: list = []  # the run's record, written once the answer is out (`hook.user_prompt_submit`)
             try:
                 try:
-                    out, error = self._answer(message)
+                    out, error = self._answer(message, deferred)
                 except Exception as exc:  # a bug: the hook recalls in its own process, the server goes on
                     log.exception("memsift serve: request failed")
                     out, error = None, f"server error: {type(exc).__name__}"
@@ -288,9 +289,15 @@ class Server:
                 log.info("memsift serve: could not answer (%s)", exc)
             finally:
                 conn.close()
+            for work in deferred:
+                try:
+                    work()
+                except Exception:  # a log that cannot be written loses that line, never the server
+                    log.exception("memsift serve: recording a run failed")
 
-    def _answer(self, message: dict) -> tuple[bytes | None, str]:
-        """`(answer bytes, "")`, or `(None, why refused)`."""
+    def _answer(self, message: dict, deferred: list) -> tuple[bytes | None, str]:
+        """`(answer bytes, "")`, or `(None, why refused)`; work to do once it is sent goes in
+        `deferred` (callables)."""
         op = message["op"]
         if op == "status":  # whoever asks, whatever install: `memsift status`, `doctor`
             return json.dumps(self.status()).encode(), ""
@@ -311,7 +318,7 @@ class Server:
             if event != b"user-prompt-submit":
                 return None, f"cannot answer hook {event[:40].decode('ascii', 'replace')!r}"
             self.requests += 1
-            return respond("user-prompt-submit", stdin, self.home, self.models), ""
+            return respond("user-prompt-submit", stdin, self.home, self.models, deferred), ""
         return None, f"unknown op {op[:40]!r}"
 
     def status(self) -> dict:

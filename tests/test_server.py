@@ -72,6 +72,19 @@ def test_the_server_answers_as_in_process_recall_does(tmp_path, memsift_home, wa
     assert warm == alone and any(alone)
     assert log_text(memsift_home).count("(memsift serve)") == len(prompts)  # every one answered by the server
 
+    # the server records each run once the answer is out: the same rows as in-process
+    from memsift.runlog import RunLog
+
+    def pasted(session):
+        runs = RunLog(memsift_home / "runs.sqlite", readonly=True)
+        try:
+            return [r["pasted"] for r in runs.last(100) if r["session"] == session]
+        finally:
+            runs.close()
+
+    assert wait_for(lambda: len(pasted("warm")) == len(prompts), 10)
+    assert pasted("warm") == pasted("alone")
+
 
 def test_a_prompt_with_no_server_recalls_in_process_and_starts_one(project, memsift_home, warm_server):
     done = hook(payload(ASK, project))
