@@ -4,7 +4,8 @@
 
 - a softmax head (`genre`, `keep_topic`, `keep_exchange`): `h.W` (k, d), `h.b` (k,),
   `h.classes` (k,), `h.temperature` (), `h.cues` () - whether the six surface cues of
-  `features.cue_vector` follow the embedding in the input;
+  `features.cue_vector` follow the embedding in the input - and optionally one hidden layer
+  before it, `h.W1` (d, d_in) and `h.b1` (d,), with ReLU (a multilayer perceptron);
 - a relevance head (`note_answers`, `passage_answers`) over the columns `h.features` (f,)
   names (`RELEVANCE_COLUMNS`; absent: `features.LEGACY_PAIR_FEATURES`), with `h.background`
   (): the mean background cosine in training, the prior of `features.shrunk_background`, and
@@ -36,17 +37,23 @@ RELEVANCE_COLUMNS = (*PAIR_FEATURES, *GENRE_COLUMNS)
 
 @dataclass(frozen=True)
 class SoftmaxHead:
-    """Multinomial logistic regression with a fitted temperature (Guo et al. 2017)."""
+    """Multinomial logistic regression with a fitted temperature (Guo et al. 2017), over the
+    input or, with `hidden` (`W1` (h, d_in), `b1` (h,)), over one ReLU layer of it: a
+    multilayer perceptron as scikit-learn's `MLPClassifier` fits it (microseconds here)."""
 
     classes: tuple[str, ...]
     W: np.ndarray
     b: np.ndarray
     temperature: float
     cues: bool
+    hidden: tuple[np.ndarray, np.ndarray] | None = None
 
     def probabilities(self, vector: np.ndarray, text: str) -> dict[str, float]:
         """P(class) for one embedded text; `vector` is (d,)."""
         x = np.concatenate([vector, cue_vector(text)]) if self.cues else vector
+        if self.hidden is not None:
+            W1, b1 = self.hidden
+            x = np.maximum(W1 @ x + b1, 0.0)
         z = (self.W @ x + self.b) / self.temperature
         z = np.exp(z - z.max())
         p = z / z.sum()
@@ -144,6 +151,8 @@ def load_heads(encoder_name: str) -> dict[str, SoftmaxHead | LogisticHead | Tree
                 b=data[f"{name}.b"].astype(np.float32),
                 temperature=float(data[f"{name}.temperature"]),
                 cues=bool(data[f"{name}.cues"]),
+                hidden=(data[f"{name}.W1"].astype(np.float32), data[f"{name}.b1"].astype(np.float32))
+                if f"{name}.W1" in data else None,
             )
         else:
             columns = [str(c) for c in data.get(f"{name}.features", LEGACY_PAIR_FEATURES)]

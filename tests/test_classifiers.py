@@ -134,6 +134,43 @@ def test_exported_trees_score_as_scikit_learn_does(monkeypatch):
     assert np.abs(head.raw(X) - model.decision_function(X)).max() < 1e-9
 
 
+def test_a_perceptron_genre_head_scores_as_scikit_learn_does(tmp_path, monkeypatch):
+    """`train_heads.softmax_head(hidden=...)` writes an MLP's layers; `heads.load_heads`
+    reads them back into a `SoftmaxHead` that gives scikit-learn's probabilities (at the
+    fitted temperature), cues included."""
+    import pathlib
+
+    import numpy as np
+
+    pytest.importorskip("sklearn")
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parent.parent / "training"))
+    from sklearn.neural_network import MLPClassifier
+    from train_heads import softmax_head
+
+    from memsift.classifiers import heads
+    from memsift.classifiers.features import cue_vector
+
+    rng = np.random.default_rng(0)
+    texts = [rng.choice(["why did we pick it?", "ok", "run the tests\nnow", "`x` broke again"]) for _ in range(300)]
+    vectors = rng.normal(size=(300, 8)).astype(np.float32)
+    X = np.hstack([vectors, np.stack([cue_vector(t) for t in texts])])
+    labels = ["past_choice" if x[0] + x[9] > 0.5 else "reaction" if x[1] > 0 else "complete_instruction" for x in X]
+    groups = [f"f{i % 5}" for i in range(300)]
+    arrays = softmax_head("genre", X, labels, ["en"] * 300, groups, hidden=16, weights=np.where(X[:, 2] > 0, 3.0, 1.0))
+    path = tmp_path / "heads-x.npz"
+    np.savez(path, **arrays)
+    monkeypatch.setattr(heads, "weights_path", lambda name: path)
+    head = heads.load_heads("x")["genre"]
+    assert head.hidden is not None and head.hidden[0].shape == (16, X.shape[1])
+    model = MLPClassifier((16,), alpha=1e-3, early_stopping=True, max_iter=300, random_state=0)
+    model.fit(X, [sorted(set(labels)).index(label) for label in labels], sample_weight=np.where(X[:, 2] > 0, 3.0, 1.0))
+    for i in range(5):
+        p = head.probabilities(vectors[i], texts[i])
+        logits = np.log(model.predict_proba(X[i : i + 1])[0]) / float(arrays["genre.temperature"])
+        expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+        assert [p[c] for c in head.classes] == pytest.approx(expected.tolist(), abs=1e-5)
+
+
 def test_a_logistic_judge_that_names_no_columns_reads_the_legacy_pair_features(tmp_path, monkeypatch):
     import numpy as np
 

@@ -16,8 +16,11 @@ see `training/README.md`):
   passages, from the files that have them).
 
 Softmax heads are scikit-learn's `LogisticRegression` (balanced classes, C=16) on the
-message embedding plus six surface cues; a temperature is then fitted on cross-validated
-logits (Guo et al., "On Calibration of Modern Neural Networks", 2017). The relevance heads
+message embedding plus six surface cues, or for the genre with `--genre-head mlp` its
+`MLPClassifier` (one hidden layer, `MLP_HIDDEN` ReLU units) with the sessions' messages
+weighted `--session-weight`; a temperature is then fitted on cross-validated logits (Guo et
+al., "On Calibration of Modern Neural Networks", 2017). `--only genre` refits the genre head
+alone and keeps the others as they ship. The relevance heads
 (`--judge logistic`, the default and what ships) are a logistic regression over standardised
 `features.LEGACY_PAIR_FEATURES` (the scaling is folded into the shipped weights), pasting at
 `config.DEFAULT_THRESHOLD`. `--judge trees` fits gradient-boosted trees
@@ -125,47 +128,72 @@ def fit_temperature(logits: np.ndarray, y: np.ndarray) -> float:
     return best_t
 
 
+#: The genre head as a multilayer perceptron (`--genre-head mlp`): hidden ReLU units, L2
+#: penalty, and how much more a message of a whole session (`sessions.py`) weighs than one
+#: of the genre files. Chosen on out-of-fold accuracy over the sessions' messages, which are
+#: written as a user types in a conversation (`training/README.md`, "The genre head").
+MLP_HIDDEN, MLP_ALPHA, SESSION_WEIGHT = 256, 1e-3, 3.0
+
+
 def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str],
-                 files: list[str] | None = None) -> dict[str, np.ndarray]:
+                 files: list[str] | None = None, hidden: int = 0,
+                 weights: np.ndarray | None = None, sessions: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Fit one softmax head, report 5-fold and leave-one-language-out accuracy, return its arrays.
 
     With `files` (the data file of each example), the 5 folds never split a file (one
     teacher wrote each file, in one style: a random split would score the head on messages
-    much like ones it was fitted on), and the temperature is fitted on those held-out logits."""
+    much like ones it was fitted on), and the temperature is fitted on those held-out logits.
+    `hidden` > 0 fits scikit-learn's `MLPClassifier` with that many ReLU units (`MLP_ALPHA`,
+    early stopping on a tenth of the data) instead of the balanced logistic regression;
+    `weights` (n,) weigh the examples in either fit. `sessions` (n,) marks the examples
+    whose accuracy is also reported on its own."""
     classes = sorted(set(labels))
     y = np.array([classes.index(label) for label in labels])
-    model = LogisticRegression(C=C_SOFTMAX, class_weight="balanced", max_iter=4000)
+
+    def make():
+        if hidden:
+            from sklearn.neural_network import MLPClassifier
+
+            return MLPClassifier((hidden,), alpha=MLP_ALPHA, early_stopping=True, max_iter=300, random_state=0)
+        return LogisticRegression(C=C_SOFTMAX, class_weight="balanced", max_iter=4000)
+
+    fit_params = {} if weights is None else {"sample_weight": weights}
+    method = "predict_log_proba" if hidden else "decision_function"  # log P differs from the logits by a constant
     if files is not None:
-        logits = cross_val_predict(model, X, y, groups=files, cv=GroupKFold(5), method="decision_function")
+        logits = cross_val_predict(make(), X, y, groups=files, cv=GroupKFold(5), method=method, params=fit_params)
         split = "5-fold by file"
     else:
         folds = StratifiedKFold(5, shuffle=True, random_state=0)
-        logits = cross_val_predict(model, X, y, cv=folds, method="decision_function")
+        logits = cross_val_predict(make(), X, y, cv=folds, method=method, params=fit_params)
         split = "5-fold"
-    acc = float(np.mean(logits.argmax(1) == y))
+    pred = logits.argmax(1)
+    acc = float(np.mean(pred == y))
     report = f"{name}: {len(y)} examples, {len(classes)} classes, {split} accuracy {acc:.3f}"
+    lookup = np.array([c in LOOKUP for c in classes])
     if name == "genre":
-        lookup = np.array([c in LOOKUP for c in classes])
-        report += f", lookup split {np.mean(lookup[logits.argmax(1)] == lookup[y]):.3f}"
+        report += f", lookup split {np.mean(lookup[pred] == lookup[y]):.3f}"
+    if sessions is not None and sessions.any():
+        report += (f"; the sessions' {sessions.sum()} messages {np.mean(pred[sessions] == y[sessions]):.3f}"
+                   + (f", split {np.mean(lookup[pred][sessions] == lookup[y][sessions]):.3f}" if name == "genre" else ""))
     by_lang = []
     for lang in sorted(set(groups)):
         test = np.array([g == lang for g in groups])
         if test.all() or len(set(y[~test])) < len(classes):
             continue
-        pred = LogisticRegression(C=C_SOFTMAX, class_weight="balanced", max_iter=4000).fit(X[~test], y[~test]).predict(X[test])
-        by_lang.append(f"{lang} {np.mean(pred == y[test]):.2f}")
+        w = {} if weights is None else {"sample_weight": weights[~test]}
+        by_lang.append(f"{lang} {np.mean(make().fit(X[~test], y[~test], **w).predict(X[test]) == y[test]):.2f}")
     print(report)
     if by_lang:
         print(f"  leave-one-language-out: {', '.join(by_lang)}")
     temperature = fit_temperature(logits, y)
-    model.fit(X, y)
-    return {
-        f"{name}.W": model.coef_.astype(np.float32),
-        f"{name}.b": model.intercept_.astype(np.float32),
-        f"{name}.classes": np.array(classes),
-        f"{name}.temperature": np.array(temperature, dtype=np.float32),
-        f"{name}.cues": np.array(True),
-    }
+    model = make().fit(X, y, **fit_params)
+    common = {f"{name}.classes": np.array(classes), f"{name}.temperature": np.array(temperature, dtype=np.float32),
+              f"{name}.cues": np.array(True)}
+    if hidden:
+        return {f"{name}.W1": model.coefs_[0].T.astype(np.float32), f"{name}.b1": model.intercepts_[0].astype(np.float32),
+                f"{name}.W": model.coefs_[1].T.astype(np.float32), f"{name}.b": model.intercepts_[1].astype(np.float32),
+                **common}
+    return {f"{name}.W": model.coef_.astype(np.float32), f"{name}.b": model.intercept_.astype(np.float32), **common}
 
 
 def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None, genre: SoftmaxHead | None = None,
@@ -427,13 +455,15 @@ class CrossFit:
 
 def genre_head(arrays: dict[str, np.ndarray]) -> SoftmaxHead:
     """The genre head of a heads file's arrays, as `heads.load_heads` reads it."""
+    hidden = (arrays["genre.W1"], arrays["genre.b1"]) if "genre.W1" in arrays else None
     return SoftmaxHead(tuple(str(c) for c in arrays["genre.classes"]), arrays["genre.W"], arrays["genre.b"],
-                       float(arrays["genre.temperature"]), bool(arrays["genre.cues"]))
+                       float(arrays["genre.temperature"]), bool(arrays["genre.cues"]), hidden)
 
 
 def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None,
           crossfit: list[Path] | None = None, judge: str = "logistic", cache: Path | None = None,
-          exclude: frozenset[str] = frozenset(), out: Path | None = None, thresholds: str = "prior") -> None:
+          exclude: frozenset[str] = frozenset(), out: Path | None = None, thresholds: str = "prior",
+          genre_kind: str = "logistic", session_weight: float = 1.0) -> None:
     from memsift.classifiers.encoders import E5Encoder
     from memsift.classifiers.modelfile import bundled_model_path
 
@@ -460,6 +490,7 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
             print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
         return
     genre = read("genre", exclude)
+    sessions = np.isin([g["file"] for g in genre], sorted(session_ids()))
     if folds is None:
         vecs = encoder.query([g["text"] for g in genre])
     else:
@@ -471,7 +502,20 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     langs = [g["lang"] for g in genre]
     print("genre data:", dict(Counter(langs)))
     files = [g["file"] for g in genre]
-    arrays = softmax_head("genre", X, [g["genre"] for g in genre], langs, files)
+    weights = np.where(sessions, session_weight, 1.0) if session_weight != 1.0 else None
+    genre_arrays = softmax_head("genre", X, [g["genre"] for g in genre], langs, files,
+                                hidden=MLP_HIDDEN if genre_kind == "mlp" else 0, weights=weights, sessions=sessions)
+    if only == "genre":  # the other heads as they ship: no judge that ships reads the genre
+        arrays = {k: v for k, v in np.load(shipped).items() if not k.startswith("genre.")}
+        reads_genre = [k for k, v in arrays.items() if k.endswith(".features") and set(map(str, v)) & set(GENRE_COLUMNS)]
+        if reads_genre:
+            raise SystemExit(f"--only genre: {reads_genre} read the genre head's output; retrain them too")
+        arrays |= genre_arrays
+        if not report_only:
+            np.savez_compressed(out, **arrays)
+            print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
+        return
+    arrays = dict(genre_arrays)
     topic = [i for i, g in enumerate(genre) if g["topic"] is not None]  # sessions carry no topic label
     arrays |= softmax_head("keep_topic", X[topic], [genre[i]["topic"] for i in topic], [langs[i] for i in topic],
                            [files[i] for i in topic])
@@ -497,7 +541,13 @@ def main() -> None:
                         help="the fold models' results.json (train_biencoder.py --fold k --export): fit the heads "
                              "on out-of-fold embeddings (how the fine-tuned encoder's heads are made)")
     parser.add_argument("--report-only", action="store_true", help="print the figures, write nothing")
-    parser.add_argument("--only", choices=["relevance"], help="retrain only these heads, keep the others")
+    parser.add_argument("--only", choices=["relevance", "genre"], help="retrain only these heads, keep the others")
+    parser.add_argument("--genre-head", choices=["logistic", "mlp"], default="logistic",
+                        help="the genre head: the balanced logistic regression (default) or a multilayer perceptron "
+                             f"({MLP_HIDDEN} ReLU units)")
+    parser.add_argument("--session-weight", type=float, default=1.0,
+                        help="weight of a whole session's message against a genre file's in the genre head's fit "
+                             f"(default 1; {SESSION_WEIGHT} with --genre-head mlp chose the shipped head)")
     parser.add_argument("--judge", choices=["logistic", "logistic-all", "trees"], default="logistic",
                         help="the relevance heads: the logistic regression over the legacy pair features (default, "
                              "what ships), the same over every column, or gradient-boosted trees over every column")
@@ -520,7 +570,7 @@ def main() -> None:
         parser.error("--model-file and --crossfit need exactly one --encoder")
     for name in names:
         train(name, args.report_only, args.only, args.model_file, args.crossfit, args.judge, args.cache,
-              frozenset(args.exclude_session), args.out, args.thresholds)
+              frozenset(args.exclude_session), args.out, args.thresholds, args.genre_head, args.session_weight)
 
 
 if __name__ == "__main__":
