@@ -132,7 +132,7 @@ def fit_temperature(logits: np.ndarray, y: np.ndarray) -> float:
 #: penalty, and how much more a message of a whole session (`sessions.py`) weighs than one
 #: of the genre files. Chosen on out-of-fold accuracy over the sessions' messages, which are
 #: written as a user types in a conversation (`training/README.md`, "The genre head").
-MLP_HIDDEN, MLP_ALPHA, SESSION_WEIGHT = 256, 1e-3, 3.0
+MLP_HIDDEN, MLP_ALPHA, SESSION_WEIGHT = 256, 1e-3, 6.0
 
 
 def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str],
@@ -186,6 +186,13 @@ def softmax_head(name: str, X: np.ndarray, labels: list[str], groups: list[str],
     if by_lang:
         print(f"  leave-one-language-out: {', '.join(by_lang)}")
     temperature = fit_temperature(logits, y)
+    if name == "genre":  # `config.Settings.lookup_p`'s rule, on these out-of-fold probabilities
+        z = logits / temperature
+        p = np.exp(z - z.max(1, keepdims=True))
+        share = (p / p.sum(1, keepdims=True))[:, lookup].sum(1)
+        gate = max((t for t in np.arange(0.05, 0.951, 0.05) if np.mean(share[lookup[y]] >= t) >= 0.95), default=0.05)
+        print(f"  the highest lookup gate that opens for 95 % of the lookup messages: {gate:.2f} (opens for "
+              f"{np.mean(share[lookup[y]] >= gate):.3f} of them, {np.mean(share[~lookup[y]] >= gate):.3f} of the others)")
     model = make().fit(X, y, **fit_params)
     common = {f"{name}.classes": np.array(classes), f"{name}.temperature": np.array(temperature, dtype=np.float32),
               f"{name}.cues": np.array(True)}
