@@ -4,8 +4,8 @@
 #   usage: run.sh EVENT      e.g. run.sh user-prompt-submit
 #
 # Runs memsift's hook EVENT (as `python -m memsift hook EVENT` would) with the hook's stdin
-# and stdout passed straight through. It always exits 0: a failing hook must never block or break the agent (on
-# UserPromptSubmit, exit 2 erases the prompt).
+# and stdout passed straight through. It always exits 0: a failing hook must never block or
+# break the agent (on UserPromptSubmit, exit 2 erases the prompt).
 #
 # The Python: MEMSIFT_PYTHON if set, else the venv the plugin built in its data folder
 # (CLAUDE_PLUGIN_DATA, or PLUGIN_DATA under Codex), else python3, python or `py -3` if
