@@ -21,15 +21,14 @@ message embedding plus six surface cues, or for the genre with `--genre-head mlp
 weighted `--session-weight`; a temperature is then fitted on cross-validated logits (Guo et
 al., "On Calibration of Modern Neural Networks", 2017). `--only genre` refits the genre head
 alone and keeps the others as they ship. The relevance heads
-(`--judge logistic`, the default) are a logistic regression over standardised
+(`--judge logistic`, the default and what ships) are a logistic regression over standardised
 `features.LEGACY_PAIR_FEATURES` (the scaling is folded into the shipped weights), pasting at
-`config.DEFAULT_THRESHOLD` (or with `--thresholds chosen` at `choose_threshold`'s).
-`--judge logistic-all` fits the logistic regression over every column of
-`heads.RELEVANCE_COLUMNS` (the pair features and the message's genre probabilities), and
-`--judge trees` gradient-boosted trees (`HistGradientBoostingClassifier`) over them,
-Platt-scaled on their out-of-fold scores; both carry the threshold `choose_threshold` picks
-on out-of-fold probabilities (folds never split a project). `memsift-e5-v3`'s judges are
-`logistic-all` since session 28 (`training/README.md`, "The judges read every column"). Texts
+`config.DEFAULT_THRESHOLD`. `--judge trees` fits gradient-boosted trees
+(`HistGradientBoostingClassifier`) over every column of `heads.RELEVANCE_COLUMNS` (the pair
+features and the message's genre probabilities), Platt-scaled on their out-of-fold scores,
+and `--judge logistic-all` the logistic regression over those columns; both carry the
+threshold `choose_threshold` picks on out-of-fold probabilities (folds never split a
+project). Neither ships: both lose on the dev conversations (`training/README.md`). Texts
 are embedded once per encoder file and cached in `--cache`. Everything is deterministic.
 """
 
@@ -356,7 +355,7 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
                    judge: str = "logistic", exclude: frozenset[str] = frozenset(),
                    thresholds: str = "prior") -> dict[str, np.ndarray]:
     """Fit the `note_answers` or `passage_answers` head on its tier's pairs: the logistic
-    regression over the legacy pair features (`judge="logistic"`), the same over
+    regression over the legacy pair features (`judge="logistic"`, what ships), the same over
     every column (`"logistic-all"`), or gradient-boosted trees over every column (`"trees"`).
     The last two carry the threshold `choose_threshold` picks on the out-of-fold
     probabilities; the logistic judge does with `thresholds="chosen"` (else it carries none
@@ -557,8 +556,8 @@ def main() -> None:
                         help="weight of a whole session's message against a genre file's in the genre head's fit "
                              f"(default 1; {SESSION_WEIGHT} with --genre-head mlp chose the shipped head)")
     parser.add_argument("--judge", choices=["logistic", "logistic-all", "trees"], default="logistic",
-                        help="the relevance heads: the logistic regression over the legacy pair features (default), "
-                             "the same over every column (memsift-e5-v3's), or gradient-boosted trees over every column")
+                        help="the relevance heads: the logistic regression over the legacy pair features (default, "
+                             "what ships), the same over every column, or gradient-boosted trees over every column")
     parser.add_argument("--cache", type=Path, default=None,
                         help="where embeddings are kept between runs (default ~/.cache/memsift-train/vectors)")
     parser.add_argument("--exclude-session", action="append", default=[], metavar="ID",
