@@ -137,6 +137,19 @@ def weights_path(encoder_name: str):
     return resources.files("memsift.classifiers").joinpath("weights", f"heads-{encoder_name}.npz")
 
 
+def softmax_from(data: dict[str, np.ndarray], name: str) -> SoftmaxHead:
+    """The softmax head `name` of a heads file's arrays (the `name.*` keys above)."""
+    return SoftmaxHead(
+        classes=tuple(str(c) for c in data[f"{name}.classes"]),
+        W=data[f"{name}.W"].astype(np.float32),
+        b=data[f"{name}.b"].astype(np.float32),
+        temperature=float(data[f"{name}.temperature"]),
+        cues=bool(data[f"{name}.cues"]),
+        hidden=(data[f"{name}.W1"].astype(np.float32), data[f"{name}.b1"].astype(np.float32))
+        if f"{name}.W1" in data else None,
+    )
+
+
 def load_heads(encoder_name: str) -> dict[str, SoftmaxHead | LogisticHead | TreeHead]:
     """All heads trained for `encoder_name`. Raises `FileNotFoundError` if none ship."""
     with weights_path(encoder_name).open("rb") as fh:
@@ -145,15 +158,7 @@ def load_heads(encoder_name: str) -> dict[str, SoftmaxHead | LogisticHead | Tree
     heads: dict[str, SoftmaxHead | LogisticHead | TreeHead] = {}
     for name in names:
         if f"{name}.W" in data:
-            heads[name] = SoftmaxHead(
-                classes=tuple(str(c) for c in data[f"{name}.classes"]),
-                W=data[f"{name}.W"].astype(np.float32),
-                b=data[f"{name}.b"].astype(np.float32),
-                temperature=float(data[f"{name}.temperature"]),
-                cues=bool(data[f"{name}.cues"]),
-                hidden=(data[f"{name}.W1"].astype(np.float32), data[f"{name}.b1"].astype(np.float32))
-                if f"{name}.W1" in data else None,
-            )
+            heads[name] = softmax_from(data, name)
         else:
             columns = [str(c) for c in data.get(f"{name}.features", LEGACY_PAIR_FEATURES)]
             common = {

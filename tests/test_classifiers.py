@@ -145,7 +145,7 @@ def test_a_perceptron_genre_head_scores_as_scikit_learn_does(tmp_path, monkeypat
     pytest.importorskip("sklearn")
     monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parent.parent / "training"))
     from sklearn.neural_network import MLPClassifier
-    from train_heads import softmax_head
+    from train_heads import MLP_ALPHA, softmax_head
 
     from memsift.classifiers import heads
     from memsift.classifiers.features import cue_vector
@@ -162,7 +162,7 @@ def test_a_perceptron_genre_head_scores_as_scikit_learn_does(tmp_path, monkeypat
     monkeypatch.setattr(heads, "weights_path", lambda name: path)
     head = heads.load_heads("x")["genre"]
     assert head.hidden is not None and head.hidden[0].shape == (16, X.shape[1])
-    model = MLPClassifier((16,), alpha=1e-3, early_stopping=True, max_iter=300, random_state=0)
+    model = MLPClassifier((16,), alpha=MLP_ALPHA, early_stopping=True, max_iter=300, random_state=0)
     model.fit(X, [sorted(set(labels)).index(label) for label in labels], sample_weight=np.where(X[:, 2] > 0, 3.0, 1.0))
     for i in range(5):
         p = head.probabilities(vectors[i], texts[i])

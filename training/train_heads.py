@@ -52,7 +52,7 @@ from memsift.capture import selector_text
 from memsift.classifiers.embedded import genre_columns
 from memsift.classifiers.encoders import FINE_TUNED, load_encoder
 from memsift.classifiers.features import LEGACY_PAIR_FEATURES, PAIR_FEATURES, cue_vector, shortlist_features, shrunk_background
-from memsift.classifiers.heads import GENRE_COLUMNS, RELEVANCE_COLUMNS, SoftmaxHead
+from memsift.classifiers.heads import GENRE_COLUMNS, RELEVANCE_COLUMNS, SoftmaxHead, softmax_from
 from memsift.config import Settings
 from memsift.transcript import Exchange
 
@@ -462,9 +462,7 @@ class CrossFit:
 
 def genre_head(arrays: dict[str, np.ndarray]) -> SoftmaxHead:
     """The genre head of a heads file's arrays, as `heads.load_heads` reads it."""
-    hidden = (arrays["genre.W1"], arrays["genre.b1"]) if "genre.W1" in arrays else None
-    return SoftmaxHead(tuple(str(c) for c in arrays["genre.classes"]), arrays["genre.W"], arrays["genre.b"],
-                       float(arrays["genre.temperature"]), bool(arrays["genre.cues"]), hidden)
+    return softmax_from(arrays, "genre")
 
 
 def train(encoder_name: str, report_only: bool, only: str | None = None, model_file: Path | None = None,
@@ -487,42 +485,42 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     print(f"== {encoder.name}")
     shipped = ROOT / "classifiers" / "weights" / f"heads-{encoder.name}.npz"
     out = out or shipped
-    if only == "relevance":
-        arrays = {k: v for k, v in np.load(shipped).items() if not k.startswith(("note_answers.", "passage_answers."))}
-        genre = genre_head(arrays)
-        arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude, thresholds)
-                   | relevance_head(encoder, "passage", folds, genre, judge, exclude, thresholds))
+
+    def write(arrays: dict[str, np.ndarray]) -> None:
         if not report_only:
             np.savez_compressed(out, **arrays)
             print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
+
+    if only == "relevance":
+        arrays = {k: v for k, v in np.load(shipped).items() if not k.startswith(("note_answers.", "passage_answers."))}
+        genre = genre_head(arrays)
+        write(arrays | relevance_head(encoder, "note", folds, genre, judge, exclude, thresholds)
+              | relevance_head(encoder, "passage", folds, genre, judge, exclude, thresholds))
         return
+    if only == "genre":  # the other heads as they ship, checked before any embedding: no judge may read the genre
+        kept = {k: v for k, v in np.load(shipped).items() if not k.startswith("genre.")}
+        reads_genre = [k for k, v in kept.items() if k.endswith(".features") and set(map(str, v)) & set(GENRE_COLUMNS)]
+        if reads_genre:
+            raise SystemExit(f"--only genre: {reads_genre} read the genre head's output; retrain them too")
     genre = read("genre", exclude)
-    sessions = np.isin([g["file"] for g in genre], sorted(session_ids()))
+    files = [g["file"] for g in genre]
+    sessions = np.isin(files, sorted(session_ids()))
     if folds is None:
         vecs = encoder.query([g["text"] for g in genre])
     else:
         vecs = np.zeros((len(genre), encoder.dim), np.float32)
-        for stem in sorted({g["file"] for g in genre}):
+        for stem in sorted(set(files)):
             idx = [i for i, g in enumerate(genre) if g["file"] == stem]
             vecs[idx] = folds.for_file(stem).query([genre[i]["text"] for i in idx])
     X = np.hstack([vecs, np.stack([cue_vector(g["text"]) for g in genre])])
     langs = [g["lang"] for g in genre]
     print("genre data:", dict(Counter(langs)))
-    files = [g["file"] for g in genre]
     weights = np.where(sessions, session_weight, 1.0) if session_weight != 1.0 else None
-    genre_arrays = softmax_head("genre", X, [g["genre"] for g in genre], langs, files,
-                                hidden=MLP_HIDDEN if genre_kind == "mlp" else 0, weights=weights, sessions=sessions)
-    if only == "genre":  # the other heads as they ship: no judge that ships reads the genre
-        arrays = {k: v for k, v in np.load(shipped).items() if not k.startswith("genre.")}
-        reads_genre = [k for k, v in arrays.items() if k.endswith(".features") and set(map(str, v)) & set(GENRE_COLUMNS)]
-        if reads_genre:
-            raise SystemExit(f"--only genre: {reads_genre} read the genre head's output; retrain them too")
-        arrays |= genre_arrays
-        if not report_only:
-            np.savez_compressed(out, **arrays)
-            print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
+    arrays = softmax_head("genre", X, [g["genre"] for g in genre], langs, files,
+                          hidden=MLP_HIDDEN if genre_kind == "mlp" else 0, weights=weights, sessions=sessions)
+    if only == "genre":
+        write(kept | arrays)
         return
-    arrays = dict(genre_arrays)
     topic = [i for i, g in enumerate(genre) if g["topic"] is not None]  # sessions carry no topic label
     arrays |= softmax_head("keep_topic", X[topic], [genre[i]["topic"] for i in topic], [langs[i] for i in topic],
                            [files[i] for i in topic])
@@ -531,11 +529,8 @@ def train(encoder_name: str, report_only: bool, only: str | None = None, model_f
     Xe = np.hstack([encoder.query(texts), np.stack([cue_vector(t) for t in texts])])
     arrays |= softmax_head("keep_exchange", Xe, [e["keep"] for e in exchanges], [e["lang"] for e in exchanges])
     genre = genre_head(arrays)
-    arrays |= (relevance_head(encoder, "note", folds, genre, judge, exclude, thresholds)
-               | relevance_head(encoder, "passage", folds, genre, judge, exclude, thresholds))
-    if not report_only:
-        np.savez_compressed(out, **arrays)
-        print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
+    write(arrays | relevance_head(encoder, "note", folds, genre, judge, exclude, thresholds)
+          | relevance_head(encoder, "passage", folds, genre, judge, exclude, thresholds))
 
 
 def main() -> None:
