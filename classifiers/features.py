@@ -93,6 +93,23 @@ def shrunk_background(median: float, n: int, prior: float) -> float:
 
 KINDS = ("decision", "constraint", "incident", "convention", "context")
 
+#: The length the store-relative columns (`unique_shared`, `idf_shared`, `cos_z`) of
+#: `shortlist_features` assume a shortlist has: the cascade judges the top 5 notes by cosine
+#: plus up to 2 by BM25, and the judges learn from shortlists of 7. A shorter shortlist (a new
+#: user's store of a few notes) is topped up with `SHORTLIST_SIZE - n` pseudo-candidates that
+#: stand for the near-topic items a fuller store would have put beside it. Without them, a lone
+#: note that answers reads like a near-topic note among many: `cos_z` 0 and `idf_shared` a fifth
+#: of its value among six other notes (training/README.md, session 28).
+SHORTLIST_SIZE = 7
+#: What a pseudo-candidate is: the means over both tiers of what `training/train_heads.py`
+#: prints for memsift-e5-v3's out-of-fold shortlists of 7 from the training stores of 14 items
+#: or more (notes / passages): the share of the other candidates that hold a message word a
+#: candidate holds (0.159 / 0.199), the shortlist's mean cosine above the store's median
+#: (0.104 / 0.118) and its spread (standard deviation, 0.043 / 0.035).
+PAD_HOLD_SHARE = 0.18
+PAD_COS_LIFT = 0.11
+PAD_COS_SPREAD = 0.04
+
 #: The columns of the judges shipped before 2026-12-02's second judge (logistic heads that
 #: name no columns read these, the first of `PAIR_FEATURES`).
 LEGACY_PAIR_FEATURES = (
@@ -142,7 +159,10 @@ def shortlist_features(
     by how few candidates hold them (an inverse document frequency over the shortlist: a
     near-topic item shares the topic's words, the answer the specific ones), the
     identifier-like tokens it shares (`specific_tokens`), and its cosine standardised over
-    the shortlist.
+    the shortlist. Those last columns are taken over a shortlist topped up to
+    `SHORTLIST_SIZE` with pseudo-candidates: each holds a message word with probability
+    `PAD_HOLD_SHARE`, and their cosines have mean `background + PAD_COS_LIFT` and spread
+    `PAD_COS_SPREAD`.
     """
     n = len(items)
     message_tokens = content_tokens(message)
@@ -153,8 +173,13 @@ def shortlist_features(
     rank[order] = np.arange(n)
     top = float(cosines[order[0]]) if n else 0.0
     second = float(cosines[order[1]]) if n > 1 else background  # alone, it stands out from the typical item
-    mean = float(np.mean(cosines)) if n else 0.0
-    spread = max(float(np.std(cosines)), 1e-3) if n > 1 else 1.0
+    pad = max(SHORTLIST_SIZE - n, 0)  # pseudo-candidates (above)
+    pad_mean = background + PAD_COS_LIFT
+    real_mean = float(np.mean(cosines)) if n else pad_mean
+    mean = (n * real_mean + pad * pad_mean) / max(n + pad, 1)
+    variance = (float(np.sum((cosines - mean) ** 2)) + pad * (PAD_COS_SPREAD ** 2 + (pad_mean - mean) ** 2)) / max(n + pad, 1)
+    spread = max(math.sqrt(variance), 1e-3)
+    alone = (1.0 - PAD_HOLD_SHARE) ** pad  # P(no pseudo-candidate holds a word)
     dates = [str(it.get("date") or "") for it in items]
     texts = [str(it.get("text", "")) for it in items]
     tokens = [content_tokens(t) for t in texts]
@@ -186,8 +211,8 @@ def shortlist_features(
             [1.0 if kind == k else 0.0 for k in KINDS],
             cues,
             [
-                math.log1p(sum(held[w] == 1 for w in shared_words)),
-                sum(math.log((n + 1) / (held[w] + 0.5)) for w in shared_words) / 5.0,
+                math.log1p(alone * sum(held[w] == 1 for w in shared_words)),
+                sum(math.log((n + pad + 1) / (held[w] + pad * PAD_HOLD_SHARE + 0.5)) for w in shared_words) / 5.0,
                 math.log1p(specific),
                 specific / max(len(message_specific), 1),
                 (cos - mean) / spread,

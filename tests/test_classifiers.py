@@ -208,8 +208,42 @@ def test_pair_features_weigh_the_words_only_the_item_shares_with_the_message():
     col = {name: rows[:, i] for i, name in enumerate(PAIR_FEATURES)}
     assert col["unique_shared"][0] > col["unique_shared"][1]  # "send_reminder" (and "uses") only in the first
     assert col["specific_shared"][0] > 0 == col["specific_shared"][1]
-    assert col["cos_z"].tolist() == [0.0, 0.0]
+    assert col["cos_z"][0] == col["cos_z"][1] > 0  # as close, and above the pseudo-candidates
 
+
+def test_a_lone_note_reads_as_it_would_among_near_topic_notes():
+    """A new user's store of one note: the columns that place an item among the others
+    (`unique_shared`, `idf_shared`, `cos_z`) are taken over a shortlist topped up with
+    pseudo-candidates, so the note that answers does not read like a near-topic note among
+    many (without them: `cos_z` 0 and `idf_shared` a fifth of its value among six others).
+    Its word columns lie between what they read among six notes that hold none of its
+    words and among six that hold them all."""
+    import numpy as np
+
+    from memsift.classifiers.features import PAIR_FEATURES, shortlist_features
+
+    message = "why did we pick Adyen over Stripe?"
+    answer = {"text": "Payments: Adyen chosen over Stripe because Stripe lacked SEPA direct debit."}
+    near = [{"text": t} for t in (
+        "Payments: invoices are generated on the 1st of each month.",
+        "Payments: refunds go through the support queue, never the console.",
+        "Deploys run from main only, after the staging smoke test.",
+        "The payments service logs to payments.log, rotated daily.",
+        "Stripe test keys live in the vault, never in .env files.",
+        "We pick reviewers by CODEOWNERS.",
+    )]
+    apart = [{"text": f"Deploys run from main only, step {i}."} for i in range(6)]
+    holding = [{"text": f"Adyen over Stripe: pick one, step {i}."} for i in range(6)]
+    cosines = np.array([0.86, 0.55, 0.5, 0.45, 0.5, 0.6, 0.42])
+
+    def columns(items, cos):
+        return dict(zip(PAIR_FEATURES, shortlist_features(cos, 0.4, message, items)[0]))
+
+    alone = columns([answer], cosines[:1])
+    among, best, worst = (columns([answer, *others], cosines) for others in (near, apart, holding))
+    assert 0.5 * among["cos_z"] <= alone["cos_z"] <= 1.5 * among["cos_z"]
+    for name in ("unique_shared", "idf_shared"):
+        assert worst[name] < alone[name] < best[name], name
 
 def test_a_long_message_is_embedded_from_its_first_query_tokens(e5):
     """The hook embeds a message's first `QUERY_TOKENS` tokens (the length the fine-tuned

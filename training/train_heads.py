@@ -51,7 +51,10 @@ from sklearn.preprocessing import StandardScaler
 from memsift.capture import selector_text
 from memsift.classifiers.embedded import genre_columns
 from memsift.classifiers.encoders import FINE_TUNED, load_encoder
-from memsift.classifiers.features import LEGACY_PAIR_FEATURES, PAIR_FEATURES, cue_vector, shortlist_features, shrunk_background
+from memsift.classifiers.features import (
+    LEGACY_PAIR_FEATURES, PAIR_FEATURES, SHORTLIST_SIZE, content_tokens, cue_vector, shortlist_features,
+    shrunk_background,
+)
 from memsift.classifiers.heads import GENRE_COLUMNS, RELEVANCE_COLUMNS, SoftmaxHead, softmax_from
 from memsift.config import Settings
 from memsift.transcript import Exchange
@@ -63,7 +66,7 @@ DATA = ROOT / "training" / "data"
 
 LOOKUP = {"new_decision", "past_choice", "resume_work", "recurring_problem", "existing_code_task", "past_exchange"}
 C_SOFTMAX = 16.0
-SHORTLIST = 7  # the cascade judges the top 5 by cosine plus up to 2 by BM25
+SHORTLIST = SHORTLIST_SIZE  # the cascade judges the top 5 by cosine plus up to 2 by BM25
 
 
 class Cached:
@@ -227,7 +230,15 @@ def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None, genre: Softma
     prior = float(np.mean([np.median(s[4]) for s in seen]))
     X, y, query = [], [], []
     rng = np.random.default_rng(0)
+    pads = []  # what a pseudo-candidate of `shortlist_features` stands for, from the whole stores
     for q, message, answers, items, cos, g in seen:
+        if len(items) >= 2 * SHORTLIST:
+            top = np.argsort(-cos)[:SHORTLIST]
+            words, held = content_tokens(message), Counter()
+            tokens = [content_tokens(items[i]["text"]) & words for i in top]
+            held.update(w for t in tokens for w in t)
+            shares = [(held[w] - 1) / (SHORTLIST - 1) for t in tokens for w in t]
+            pads.append((np.mean(shares) if shares else np.nan, cos[top].mean() - np.median(cos), cos[top].std()))
         # the whole store, and a small store drawn from it (1-6 items): a new user has few notes
         small = rng.choice(len(items), size=int(rng.integers(1, 7)), replace=False)
         for name, pool in ((q, np.arange(len(items))), (q + ":small", small)):
@@ -237,6 +248,10 @@ def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None, genre: Softma
             X.append(np.hstack([pairs, np.tile(g, (len(shortlist), 1))]))
             y += [items[i]["id"] in answers for i in shortlist]
             query += [name] * len(shortlist)
+    share, lift, spread = np.nanmean(np.array(pads), axis=0)
+    print(f"{tier} shortlists of {SHORTLIST} from stores of {2 * SHORTLIST}+ items: another candidate holds a shared "
+          f"word {share:.3f} (features.PAD_HOLD_SHARE), their cosine lies {lift:.3f} above the store's median "
+          f"(PAD_COS_LIFT), spread {spread:.3f} (PAD_COS_SPREAD)")
     return np.vstack(X), np.array(y, dtype=int), np.array(query), prior
 
 
@@ -394,6 +409,11 @@ def relevance_head(encoder, tier: str, folds: "CrossFit | None" = None, genre: S
               f"{roc_auc_score(y[real], p[real]):.3f}, threshold {t_real}")
         for t, found, wrong, noise in operating_points(p[real], y[real], query[real], sorted({0.3, 0.4, 0.5, t_real})):
             print(f"    per message at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, pasted for nothing {noise:.3f}")
+    small = np.char.endswith(query, ":small")  # a new user's store (pair_rows)
+    for t, found, wrong, noise in operating_points(p[small], y[small], query[small], [threshold]):
+        print(f"  small stores of 1-6 items ({len(set(query[small]))} messages): pair AUC "
+              f"{roc_auc_score(y[small], p[small]):.3f}; at {t:.3f}: found {found:.3f}, wrong {wrong:.3f}, "
+              f"pasted for nothing {noise:.3f}")
     by_genre = genre_thresholds(p, y, query, chosen_genre, real) if genre else {}
     model.fit(X, y)
     common = {f"{name}.background": np.array(prior, dtype=np.float32)}
