@@ -245,6 +245,7 @@ def test_a_lone_note_reads_as_it_would_among_near_topic_notes():
     for name in ("unique_shared", "idf_shared"):
         assert worst[name] < alone[name] < best[name], name
 
+
 def test_a_long_message_is_embedded_from_its_first_query_tokens(e5):
     """The hook embeds a message's first `QUERY_TOKENS` tokens (the length the fine-tuned
     layers were trained on): what follows them changes next to nothing, what precedes them does,

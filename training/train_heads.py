@@ -248,10 +248,11 @@ def pair_rows(encoder, tier: str, folds: "CrossFit | None" = None, genre: Softma
             X.append(np.hstack([pairs, np.tile(g, (len(shortlist), 1))]))
             y += [items[i]["id"] in answers for i in shortlist]
             query += [name] * len(shortlist)
-    share, lift, spread = np.nanmean(np.array(pads), axis=0)
-    print(f"{tier} shortlists of {SHORTLIST} from stores of {2 * SHORTLIST}+ items: another candidate holds a shared "
-          f"word {share:.3f} (features.PAD_HOLD_SHARE), their cosine lies {lift:.3f} above the store's median "
-          f"(PAD_COS_LIFT), spread {spread:.3f} (PAD_COS_SPREAD)")
+    if pads:
+        share, lift, spread = np.nanmean(np.array(pads), axis=0)
+        print(f"{tier} shortlists of {SHORTLIST} from stores of {2 * SHORTLIST}+ items: another candidate holds a "
+              f"shared word {share:.3f} (features.PAD_HOLD_SHARE), their cosine lies {lift:.3f} above the store's median "
+              f"(PAD_COS_LIFT), spread {spread:.3f} (PAD_COS_SPREAD)")
     return np.vstack(X), np.array(y, dtype=int), np.array(query), prior
 
 
